@@ -1,0 +1,34 @@
+"""sluicegate: durable job queues and bounded pools that protect the dependencies behind them."""
+
+from .app import App
+from .errors import (
+    BrokerUnavailable,
+    ConfigError,
+    InvalidTransition,
+    JobNotFound,
+    LeaseLost,
+    SerializationError,
+    SluicegateError,
+    UnknownTask,
+)
+from .job import ErrorInfo, Job, JobId, JobState
+from .task import Task
+
+__all__ = [
+    "App",
+    "BrokerUnavailable",
+    "ConfigError",
+    "ErrorInfo",
+    "InvalidTransition",
+    "Job",
+    "JobId",
+    "JobNotFound",
+    "JobState",
+    "LeaseLost",
+    "SerializationError",
+    "SluicegateError",
+    "Task",
+    "UnknownTask",
+]
+
+__version__ = "0.1.0"

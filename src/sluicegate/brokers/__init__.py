@@ -1,0 +1,28 @@
+"""Broker selection by URL: ``memory://``, ``sqlite:///PATH`` (later ``postgresql://``)."""
+
+from __future__ import annotations
+
+from .base import Broker, QueueStats, Recovery, Stats
+
+SCHEMES = ("memory", "sqlite")
+
+
+def broker_from_url(url: str) -> Broker:
+    """Open the broker a URL names; ConfigError for an unknown scheme or bad URL."""
+    from ..errors import ConfigError
+
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        raise ConfigError(f"invalid broker URL {url!r}: expected SCHEME://..., one of {', '.join(SCHEMES)}")
+    if scheme == "memory":
+        from .memory import MemoryBroker
+
+        return MemoryBroker(url)
+    if scheme == "sqlite":
+        from .sqlite import SQLiteBroker
+
+        return SQLiteBroker(url)
+    raise ConfigError(f"unknown broker URL scheme {scheme!r} in {url!r}: use one of {', '.join(SCHEMES)}")
+
+
+__all__ = ["Broker", "QueueStats", "Recovery", "Stats", "broker_from_url"]

@@ -1,0 +1,160 @@
+"""The broker interface: the only seam between sluicegate and storage.
+
+Split by who calls it, so the hot path (claim, heartbeat, ack) stays apart from
+the read side (stats, listings) and from operator actions. Every broker passes
+one conformance suite (tests/brokers); nothing above this seam knows which
+broker it has.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import LeaseLost
+from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState
+from ..outcomes import Failed, Outcome, Succeeded
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    counts: dict[JobState, int]
+    oldest_ready_age_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {state.value: self.counts.get(state, 0) for state in JobState}
+        out["oldest_ready_age_s"] = round(self.oldest_ready_age_s, 3)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    queues: dict[str, QueueStats] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"queues": {name: q.to_dict() for name, q in sorted(self.queues.items())}}
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What one ``recover_expired`` pass did."""
+
+    requeued: list[JobId] = field(default_factory=list)
+    dead: list[JobId] = field(default_factory=list)
+
+
+WORKER_LOST = "WorkerLost"
+
+
+def worker_lost_error(lease_expires_at: float | None, worker_id: str | None) -> ErrorInfo:
+    return ErrorInfo(
+        type=WORKER_LOST,
+        message=f"worker lost: lease of worker {worker_id or '?'} expired without a heartbeat",
+    )
+
+
+class Broker(ABC):
+    """Durable job storage. Implementations: memory, sqlite (and postgresql later)."""
+
+    url: str
+
+    # ---- producer side -------------------------------------------------
+    @abstractmethod
+    def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
+        """Store jobs durably before returning, in one transaction.
+
+        A spec whose ``unique_key`` matches an unfinished job returns that job instead.
+        """
+
+    # ---- hot path ------------------------------------------------------
+    @abstractmethod
+    def claim(self, queues: Sequence[str], n: int, lease: float, worker_id: str) -> list[ClaimedJob]:
+        """Take up to ``n`` ready jobs of ``queues`` in (priority, run_at, id) order.
+
+        Promotes due scheduled jobs first. Each claim charges an attempt and carries
+        a fresh fencing token.
+        """
+
+    @abstractmethod
+    def has_work(self, queues: Sequence[str]) -> bool:
+        """Cheap read-only probe: is any job of ``queues`` ready or due? Takes no write lock."""
+
+    @abstractmethod
+    def next_due(self, queues: Sequence[str]) -> float | None:
+        """Seconds until the earliest scheduled job of ``queues`` is due (0 if due), or None."""
+
+    @abstractmethod
+    def record(self, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> list[Claim]:
+        """Mark ``started`` claims running and apply ``outcomes`` in one transaction.
+
+        Returns the claims whose token no longer matched; nothing changed for those.
+        """
+
+    @abstractmethod
+    def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
+        """Extend the leases of ``claims`` to now + lease; returns the claims that were lost."""
+
+    @abstractmethod
+    def release(self, claims: Sequence[Claim]) -> list[Claim]:
+        """Hand held jobs back to ready without charging an attempt; returns lost claims."""
+
+    @abstractmethod
+    def recover_expired(self, limit: int = 1000) -> Recovery:
+        """Return jobs whose lease expired to ready (attempt already charged) or to dead."""
+
+    # ---- operator actions ----------------------------------------------
+    @abstractmethod
+    def cancel(self, job_id: int) -> Job:
+        """Cancel a non-terminal job. Raises JobNotFound or InvalidTransition."""
+
+    @abstractmethod
+    def retry(self, job_id: int) -> Job:
+        """Bring a dead or cancelled job back to ready with a fresh attempt budget."""
+
+    # ---- read side -----------------------------------------------------
+    @abstractmethod
+    def get_job(self, job_id: int) -> Job | None: ...
+
+    @abstractmethod
+    def list_jobs(
+        self, state: JobState | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[Job]:
+        """Newest first."""
+
+    @abstractmethod
+    def stats(self) -> Stats: ...
+
+    # ---- wake-ups ------------------------------------------------------
+    @abstractmethod
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (from any thread) soon after jobs may have become ready.
+
+        Covers enqueues from this process at once, and from other processes where
+        the broker can see them. Returns a function that unsubscribes.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and threads."""
+
+    # ---- single-claim conveniences over the batched calls ----------------
+    def ack(self, claim: Claim, result_json: str = "null") -> None:
+        if self.record((), [Succeeded(claim, result_json)]):
+            raise LeaseLost(claim.job_id, claim.token)
+
+    def fail(self, claim: Claim, error: ErrorInfo, retry_in: float | None) -> None:
+        if self.record((), [Failed(claim, error, retry_in)]):
+            raise LeaseLost(claim.job_id, claim.token)
+
+    def start(self, claim: Claim) -> None:
+        if self.record([claim], ()):
+            raise LeaseLost(claim.job_id, claim.token)
+
+    def heartbeat_one(self, claim: Claim, lease: float) -> None:
+        if self.heartbeat([claim], lease):
+            raise LeaseLost(claim.job_id, claim.token)
+
+    def release_one(self, claim: Claim) -> None:
+        if self.release([claim]):
+            raise LeaseLost(claim.job_id, claim.token)

@@ -1,0 +1,276 @@
+"""In-process broker for tests and eager use. Same semantics as the durable brokers,
+proven by the same conformance suite; nothing survives the process."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from ..codec import loads
+from ..errors import InvalidTransition, JobNotFound
+from ..job import (
+    HELD,
+    UNFINISHED,
+    Claim,
+    ClaimedJob,
+    Event,
+    Job,
+    JobId,
+    JobSpec,
+    JobState,
+    apply,
+    can_apply,
+    initial_state,
+)
+from ..outcomes import Outcome, Succeeded
+from .base import Broker, QueueStats, Recovery, Stats, worker_lost_error
+from .wakeups import Subscribers
+
+
+class MemoryBroker(Broker):
+    def __init__(self, url: str = "memory://", clock: Callable[[], float] = time.time) -> None:
+        self.url = url
+        self._clock = clock
+        self._jobs: dict[JobId, Job] = {}
+        self._tokens: dict[JobId, int] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()
+        self._subscribers = Subscribers()
+
+    # ---- helpers --------------------------------------------------------------
+    def _set(self, job: Job, event: Event, **changes: object) -> Job:
+        updated = dataclasses.replace(job, state=apply(job.state, event), **changes)  # type: ignore[arg-type]
+        self._jobs[job.id] = updated
+        return updated
+
+    def _promote(self, now: float) -> None:
+        for job in list(self._jobs.values()):
+            if job.state is JobState.SCHEDULED and job.run_at <= now:
+                self._set(job, Event.PROMOTE)
+
+    def _holds(self, claim: Claim, event: Event) -> Job | None:
+        job = self._jobs.get(claim.job_id)
+        if job is None or self._tokens.get(job.id) != claim.token or not can_apply(job.state, event):
+            return None
+        return job
+
+    # ---- producer side ----------------------------------------------------------
+    def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
+        out = []
+        with self._lock:
+            now = self._clock()
+            for spec in specs:
+                if spec.unique_key is not None:
+                    existing = next(
+                        (j for j in self._jobs.values()
+                         if j.unique_key == spec.unique_key and j.state in UNFINISHED),
+                        None,
+                    )  # fmt: skip
+                    if existing is not None:
+                        out.append(existing)
+                        continue
+                run_at = spec.run_at if spec.run_at is not None else now + spec.delay
+                job = Job(
+                    id=JobId(next(self._ids)), task=spec.task, queue=spec.queue,
+                    state=initial_state(run_at, now), args=loads(spec.args_json),
+                    kwargs=loads(spec.kwargs_json), priority=spec.priority,
+                    max_attempts=spec.max_attempts, run_at=run_at, enqueued_at=now,
+                    unique_key=spec.unique_key,
+                )  # fmt: skip
+                self._jobs[job.id] = job
+                out.append(job)
+        self._subscribers.notify_local()
+        return out
+
+    # ---- hot path -------------------------------------------------------------
+    def claim(self, queues: Sequence[str], n: int, lease: float, worker_id: str) -> list[ClaimedJob]:
+        if n <= 0:
+            return []
+        token = secrets.randbits(62)
+        with self._lock:
+            now = self._clock()
+            self._promote(now)
+            wanted = set(queues)
+            ready = sorted(
+                (j for j in self._jobs.values() if j.state is JobState.READY and j.queue in wanted),
+                key=lambda j: (j.priority, j.run_at, j.id),
+            )[:n]
+            out = []
+            for job in ready:
+                claimed = self._set(
+                    job, Event.CLAIM, attempts=job.attempts + 1,
+                    lease_expires_at=now + lease, worker_id=worker_id,
+                )  # fmt: skip
+                self._tokens[job.id] = token
+                out.append(ClaimedJob(Claim(job.id, token), claimed))
+            return out
+
+    def has_work(self, queues: Sequence[str]) -> bool:
+        with self._lock:
+            now = self._clock()
+            return any(
+                j.queue in queues
+                and (j.state is JobState.READY or (j.state is JobState.SCHEDULED and j.run_at <= now))
+                for j in self._jobs.values()
+            )
+
+    def next_due(self, queues: Sequence[str]) -> float | None:
+        with self._lock:
+            times = [
+                j.run_at for j in self._jobs.values() if j.state is JobState.SCHEDULED and j.queue in queues
+            ]
+            return max(0.0, min(times) - self._clock()) if times else None
+
+    def record(self, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> list[Claim]:
+        lost = []
+        retried = False
+        with self._lock:
+            now = self._clock()
+            finishing = {o.claim for o in outcomes}
+            for claim in started:
+                if claim in finishing:
+                    continue
+                job = self._holds(claim, Event.START)
+                if job is None:
+                    lost.append(claim)
+                else:
+                    self._set(job, Event.START, started_at=now)
+            for outcome in outcomes:
+                event = (
+                    Event.ACK if isinstance(outcome, Succeeded)
+                    else Event.BURY if outcome.retry_in is None else Event.RETRY
+                )  # fmt: skip
+                job = self._holds(outcome.claim, event)
+                if job is None:
+                    lost.append(outcome.claim)
+                    continue
+                started_at = job.started_at if job.state is JobState.RUNNING else now
+                if isinstance(outcome, Succeeded):
+                    self._set(job, event, result=loads(outcome.result_json), finished_at=now,
+                              started_at=started_at, lease_expires_at=None)  # fmt: skip
+                elif outcome.retry_in is None:
+                    self._set(job, event, last_error=outcome.error, finished_at=now,
+                              started_at=started_at, lease_expires_at=None)  # fmt: skip
+                else:
+                    retried = True
+                    self._set(job, event, last_error=outcome.error, run_at=now + outcome.retry_in,
+                              started_at=started_at, lease_expires_at=None)  # fmt: skip
+        if retried:
+            self._subscribers.notify_local()
+        return lost
+
+    def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
+        lost = []
+        with self._lock:
+            now = self._clock()
+            for claim in claims:
+                job = self._jobs.get(claim.job_id)
+                if job is None or self._tokens.get(job.id) != claim.token or job.state not in HELD:
+                    lost.append(claim)
+                else:
+                    self._jobs[job.id] = dataclasses.replace(job, lease_expires_at=now + lease)
+        return lost
+
+    def release(self, claims: Sequence[Claim]) -> list[Claim]:
+        lost = []
+        with self._lock:
+            for claim in claims:
+                job = self._holds(claim, Event.RELEASE)
+                if job is None:
+                    lost.append(claim)
+                else:
+                    self._set(job, Event.RELEASE, attempts=max(job.attempts - 1, 0),
+                              lease_expires_at=None, worker_id=None)  # fmt: skip
+        if len(lost) < len(claims):
+            self._subscribers.notify_local()
+        return lost
+
+    def recover_expired(self, limit: int = 1000) -> Recovery:
+        result = Recovery()
+        with self._lock:
+            now = self._clock()
+            expired = [
+                j for j in self._jobs.values()
+                if j.state in HELD and j.lease_expires_at is not None and j.lease_expires_at < now
+            ][:limit]  # fmt: skip
+            for job in expired:
+                error = worker_lost_error(job.lease_expires_at, job.worker_id)
+                if job.attempts >= job.max_attempts:
+                    self._set(job, Event.RECOVER_DEAD, last_error=error, finished_at=now,
+                              lease_expires_at=None)  # fmt: skip
+                    result.dead.append(job.id)
+                else:
+                    self._set(job, Event.RECOVER, last_error=error, lease_expires_at=None,
+                              worker_id=None)  # fmt: skip
+                    result.requeued.append(job.id)
+        if result.requeued:
+            self._subscribers.notify_local()
+        return result
+
+    # ---- operator actions -------------------------------------------------------
+    def _get(self, job_id: int) -> Job:
+        job = self._jobs.get(JobId(job_id))
+        if job is None:
+            raise JobNotFound(f"job {job_id} not found")
+        return job
+
+    def cancel(self, job_id: int) -> Job:
+        with self._lock:
+            job = self._get(job_id)
+            if not can_apply(job.state, Event.CANCEL):
+                raise InvalidTransition(f"cannot cancel job {job_id}: it is {job.state.value}")
+            return self._set(job, Event.CANCEL, finished_at=self._clock(), lease_expires_at=None)
+
+    def retry(self, job_id: int) -> Job:
+        with self._lock:
+            job = self._get(job_id)
+            if not can_apply(job.state, Event.REVIVE):
+                raise InvalidTransition(f"cannot retry job {job_id}: it is {job.state.value}")
+            if job.unique_key is not None and any(
+                j.unique_key == job.unique_key and j.state in UNFINISHED for j in self._jobs.values()
+            ):
+                raise InvalidTransition(
+                    f"cannot retry job {job_id}: another unfinished job holds its unique key"
+                )
+            revived = self._set(job, Event.REVIVE, attempts=0, run_at=self._clock(),
+                                finished_at=None, lease_expires_at=None, worker_id=None)  # fmt: skip
+        self._subscribers.notify_local()
+        return revived
+
+    # ---- read side --------------------------------------------------------------
+    def get_job(self, job_id: int) -> Job | None:
+        with self._lock:
+            return self._jobs.get(JobId(job_id))
+
+    def list_jobs(
+        self, state: JobState | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[Job]:
+        with self._lock:
+            jobs = [
+                j for j in self._jobs.values()
+                if (state is None or j.state is state) and (queue is None or j.queue == queue)
+            ]  # fmt: skip
+        return sorted(jobs, key=lambda j: j.id, reverse=True)[:limit]
+
+    def stats(self) -> Stats:
+        with self._lock:
+            now = self._clock()
+            counts: dict[str, dict[JobState, int]] = {}
+            oldest: dict[str, float] = {}
+            for job in self._jobs.values():
+                due = job.state is JobState.SCHEDULED and job.run_at <= now
+                shown = JobState.READY if due else job.state
+                per = counts.setdefault(job.queue, {})
+                per[shown] = per.get(shown, 0) + 1
+                if shown is JobState.READY:
+                    oldest[job.queue] = min(oldest.get(job.queue, job.run_at), job.run_at)
+        return Stats(
+            {q: QueueStats(c, max(0.0, now - oldest[q]) if q in oldest else 0.0) for q, c in counts.items()}
+        )
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        return self._subscribers.add(callback)

@@ -1,0 +1,186 @@
+"""Jobs, their states, and the pure transition table every broker applies.
+
+This module does no I/O. Brokers ask it which states an event may start from
+(``sources``) and where it leads (``apply``); they never invent transitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, NewType
+
+JobId = NewType("JobId", int)
+
+
+class JobState(StrEnum):
+    SCHEDULED = "scheduled"
+    READY = "ready"
+    CLAIMED = "claimed"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+TERMINAL: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED})
+HELD: frozenset[JobState] = frozenset({JobState.CLAIMED, JobState.RUNNING})
+UNFINISHED: frozenset[JobState] = frozenset(JobState) - TERMINAL
+
+
+class Event(StrEnum):
+    """Everything that can happen to a job."""
+
+    PROMOTE = "promote"  # run_at reached
+    CLAIM = "claim"  # a worker takes it with a lease (charges an attempt)
+    START = "start"  # its body began
+    ACK = "ack"  # handler returned, result committed
+    RETRY = "retry"  # failed with attempts left: back to scheduled with backoff
+    BURY = "bury"  # failed with no attempts left
+    RELEASE = "release"  # shutdown handed it back; the attempt is refunded
+    RECOVER = "recover"  # lease expired with attempts left
+    RECOVER_DEAD = "recover_dead"  # lease expired with no attempts left
+    CANCEL = "cancel"
+    REVIVE = "revive"  # operator retry of a dead or cancelled job, fresh budget
+
+
+S = JobState
+TRANSITIONS: dict[tuple[JobState, Event], JobState] = {
+    (S.SCHEDULED, Event.PROMOTE): S.READY,
+    (S.READY, Event.CLAIM): S.CLAIMED,
+    (S.CLAIMED, Event.START): S.RUNNING,
+    **{(s, Event.ACK): S.SUCCEEDED for s in HELD},
+    **{(s, Event.RETRY): S.SCHEDULED for s in HELD},
+    **{(s, Event.BURY): S.DEAD for s in HELD},
+    **{(s, Event.RELEASE): S.READY for s in HELD},
+    **{(s, Event.RECOVER): S.READY for s in HELD},
+    **{(s, Event.RECOVER_DEAD): S.DEAD for s in HELD},
+    **{(s, Event.CANCEL): S.CANCELLED for s in UNFINISHED},
+    (S.DEAD, Event.REVIVE): S.READY,
+    (S.CANCELLED, Event.REVIVE): S.READY,
+}
+del S
+
+
+def can_apply(state: JobState, event: Event) -> bool:
+    return (state, event) in TRANSITIONS
+
+
+def apply(state: JobState, event: Event) -> JobState:
+    """The state after ``event``; raises InvalidTransition when the event is not allowed."""
+    from .errors import InvalidTransition
+
+    try:
+        return TRANSITIONS[(state, event)]
+    except KeyError:
+        raise InvalidTransition(f"cannot {event.value} a job that is {state.value}") from None
+
+
+def sources(event: Event) -> tuple[JobState, ...]:
+    """States from which ``event`` is allowed, in a stable order (used to build SQL)."""
+    return tuple(s for s in JobState if (s, event) in TRANSITIONS)
+
+
+def initial_state(run_at: float, now: float) -> JobState:
+    return JobState.READY if run_at <= now else JobState.SCHEDULED
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """Why an attempt failed, truncated to bounds so a row never grows without limit."""
+
+    type: str
+    message: str
+    traceback: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}" if self.message else self.type
+
+    def to_dict(self) -> dict[str, str]:
+        return {"type": self.type, "message": self.message, "traceback": self.traceback}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ErrorInfo:
+        return cls(str(data.get("type", "")), str(data.get("message", "")), str(data.get("traceback", "")))
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A snapshot of one job as the broker last stored it."""
+
+    id: JobId
+    task: str
+    queue: str
+    state: JobState
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    attempts: int = 0
+    max_attempts: int = 3
+    run_at: float = 0.0
+    enqueued_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    result: Any = None
+    last_error: ErrorInfo | None = None
+    unique_key: str | None = None
+    worker_id: str | None = None
+    lease_expires_at: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "task": self.task,
+            "queue": self.queue,
+            "state": self.state.value,
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "priority": self.priority,
+            "attempts": self.attempts,
+            "max_attempts": self.max_attempts,
+            "run_at": self.run_at,
+            "enqueued_at": self.enqueued_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "result": self.result,
+            "last_error": self.last_error.to_dict() if self.last_error else None,
+            "unique_key": self.unique_key,
+            "worker_id": self.worker_id,
+            "lease_expires_at": self.lease_expires_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The fencing pair: a job id and the token of the claim that holds it."""
+
+    job_id: JobId
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """What a worker gets from ``claim``: the job to run and the claim that fences it."""
+
+    claim: Claim
+    job: Job
+    problem: str | None = None  # set when the stored row cannot be decoded: the job goes dead
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A validated, encoded job ready to be stored by ``enqueue``."""
+
+    task: str
+    queue: str
+    args_json: str
+    kwargs_json: str
+    run_at: float | None = None  # None: now, by the broker's clock
+    delay: float = 0.0
+    priority: int = 0
+    max_attempts: int = 3
+    unique_key: str | None = None

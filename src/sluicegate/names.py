@@ -1,0 +1,21 @@
+"""Validation of queue, task and pool names.
+
+Names travel through URLs, CLI specs (``NAME=QUEUE,QUEUE:SLOTS``) and metric labels,
+so the charset excludes every separator those use.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import ConfigError
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,127}")
+NAME_RULE = "1-127 characters from A-Z a-z 0-9 _ . -"
+
+
+def check_name(kind: str, name: object) -> str:
+    """Return ``name`` if it is a valid queue/task/pool name, else raise ConfigError."""
+    if not isinstance(name, str) or NAME_PATTERN.fullmatch(name) is None:
+        raise ConfigError(f"invalid {kind} name {name!r}: use {NAME_RULE}")
+    return name

@@ -1,0 +1,76 @@
+"""Backoff and retry decisions, as pure functions of the attempt (randomness injected)."""
+
+from __future__ import annotations
+
+import random
+import traceback as tb
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .job import ErrorInfo
+
+MAX_MESSAGE = 2_000
+MAX_TRACEBACK = 8_000
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a task retries. ``retry_on`` empty means every exception is retried."""
+
+    max_attempts: int = 3
+    backoff_base: float = 1.0
+    backoff_factor: float = 2.0
+    backoff_max: float = 3600.0
+    jitter: float = 0.25
+    retry_on: tuple[type[BaseException], ...] = ()
+
+
+def backoff(policy: RetryPolicy, attempt: int, rand: Callable[[], float] = random.random) -> float:
+    """Seconds before retry number ``attempt`` (1-based): exponential, capped, with +/- jitter."""
+    exponent = max(attempt - 1, 0)
+    try:
+        raw = policy.backoff_base * policy.backoff_factor**exponent
+    except OverflowError:
+        raw = policy.backoff_max
+    delay = min(raw, policy.backoff_max)
+    spread = delay * policy.jitter
+    return max(0.0, delay - spread + 2 * spread * rand())
+
+
+def decide(
+    policy: RetryPolicy,
+    attempts: int,
+    max_attempts: int,
+    exc: BaseException | None,
+    rand: Callable[[], float] = random.random,
+) -> float | None:
+    """Seconds until the next try, or None when the job should be dead.
+
+    ``attempts`` counts the attempt that just failed. ``exc`` None means a failure
+    that is not an exception of the task (timeout, lost child): always retryable.
+    """
+    if attempts >= max_attempts:
+        return None
+    if exc is not None and policy.retry_on and not isinstance(exc, policy.retry_on):
+        return None
+    return backoff(policy, attempts, rand)
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: limit // 2] + "\n... truncated ...\n" + text[-limit // 2 :]
+
+
+def error_info(exc: BaseException) -> ErrorInfo:
+    """Type, message and traceback of ``exc``, each truncated to a bound."""
+    text = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+    return ErrorInfo(
+        type=type(exc).__qualname__,
+        message=_truncate(str(exc), MAX_MESSAGE),
+        traceback=_truncate(text, MAX_TRACEBACK),
+    )
+
+
+def plain_error(kind: str, message: str) -> ErrorInfo:
+    return ErrorInfo(type=kind, message=_truncate(message, MAX_MESSAGE))
