@@ -151,6 +151,8 @@ class App:
                 check_attempts(max_attempts) if max_attempts is not None else defaults.max_attempts
             ),
             unique_key=unique_key,
+            args=list(args) if args is not None else [],
+            kwargs=dict(kwargs) if kwargs is not None else {},
         )
 
     def enqueue(

@@ -53,10 +53,12 @@ def encode_payload(
     if isinstance(args, str | bytes) or not isinstance(args, Sequence):
         raise SerializationError(f"task {task!r}: args must be a list, not {type(args).__name__}")
     if not isinstance(kwargs, Mapping):
-        raise SerializationError(f"task {task!r}: kwargs must be an object, not {type(kwargs).__name__}")
+        raise SerializationError(
+            f"task {task!r}: kwargs must be an object, not {type(kwargs).__name__}"
+        )
     try:
         args_json = _encoder.encode(list(args))
-        kwargs_json = _encoder.encode(dict(kwargs))
+        kwargs_json = _encoder.encode(dict(kwargs)) if kwargs else "{}"
     except (TypeError, ValueError):
         raise SerializationError(
             f"task {task!r}: {_find_bad(args, kwargs)} is not JSON-serializable"

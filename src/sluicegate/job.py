@@ -101,7 +101,9 @@ class ErrorInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ErrorInfo:
-        return cls(str(data.get("type", "")), str(data.get("message", "")), str(data.get("traceback", "")))
+        return cls(
+            str(data.get("type", "")), str(data.get("message", "")), str(data.get("traceback", ""))
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,3 +186,6 @@ class JobSpec:
     priority: int = 0
     max_attempts: int = 3
     unique_key: str | None = None
+    # The decoded values, when the producer has them, spare the broker a JSON decode.
+    args: list[Any] | None = field(default=None, compare=False, repr=False)
+    kwargs: dict[str, Any] | None = field(default=None, compare=False, repr=False)

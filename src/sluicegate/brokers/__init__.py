@@ -13,7 +13,9 @@ def broker_from_url(url: str) -> Broker:
 
     scheme, sep, _ = url.partition("://")
     if not sep:
-        raise ConfigError(f"invalid broker URL {url!r}: expected SCHEME://..., one of {', '.join(SCHEMES)}")
+        raise ConfigError(
+            f"invalid broker URL {url!r}: expected SCHEME://..., one of {', '.join(SCHEMES)}"
+        )
     if scheme == "memory":
         from .memory import MemoryBroker
 
@@ -22,7 +24,9 @@ def broker_from_url(url: str) -> Broker:
         from .sqlite import SQLiteBroker
 
         return SQLiteBroker(url)
-    raise ConfigError(f"unknown broker URL scheme {scheme!r} in {url!r}: use one of {', '.join(SCHEMES)}")
+    raise ConfigError(
+        f"unknown broker URL scheme {scheme!r} in {url!r}: use one of {', '.join(SCHEMES)}"
+    )
 
 
 __all__ = ["Broker", "QueueStats", "Recovery", "Stats", "broker_from_url"]

@@ -70,7 +70,9 @@ class Broker(ABC):
 
     # ---- hot path ------------------------------------------------------
     @abstractmethod
-    def claim(self, queues: Sequence[str], n: int, lease: float, worker_id: str) -> list[ClaimedJob]:
+    def claim(
+        self, queues: Sequence[str], n: int, lease: float, worker_id: str
+    ) -> list[ClaimedJob]:
         """Take up to ``n`` ready jobs of ``queues`` in (priority, run_at, id) order.
 
         Promotes due scheduled jobs first. Each claim charges an attempt and carries

@@ -54,7 +54,11 @@ class MemoryBroker(Broker):
 
     def _holds(self, claim: Claim, event: Event) -> Job | None:
         job = self._jobs.get(claim.job_id)
-        if job is None or self._tokens.get(job.id) != claim.token or not can_apply(job.state, event):
+        if (
+            job is None
+            or self._tokens.get(job.id) != claim.token
+            or not can_apply(job.state, event)
+        ):
             return None
         return job
 
@@ -87,7 +91,9 @@ class MemoryBroker(Broker):
         return out
 
     # ---- hot path -------------------------------------------------------------
-    def claim(self, queues: Sequence[str], n: int, lease: float, worker_id: str) -> list[ClaimedJob]:
+    def claim(
+        self, queues: Sequence[str], n: int, lease: float, worker_id: str
+    ) -> list[ClaimedJob]:
         if n <= 0:
             return []
         token = secrets.randbits(62)
@@ -114,14 +120,18 @@ class MemoryBroker(Broker):
             now = self._clock()
             return any(
                 j.queue in queues
-                and (j.state is JobState.READY or (j.state is JobState.SCHEDULED and j.run_at <= now))
+                and (
+                    j.state is JobState.READY or (j.state is JobState.SCHEDULED and j.run_at <= now)
+                )
                 for j in self._jobs.values()
             )
 
     def next_due(self, queues: Sequence[str]) -> float | None:
         with self._lock:
             times = [
-                j.run_at for j in self._jobs.values() if j.state is JobState.SCHEDULED and j.queue in queues
+                j.run_at
+                for j in self._jobs.values()
+                if j.state is JobState.SCHEDULED and j.queue in queues
             ]
             return max(0.0, min(times) - self._clock()) if times else None
 
@@ -231,7 +241,8 @@ class MemoryBroker(Broker):
             if not can_apply(job.state, Event.REVIVE):
                 raise InvalidTransition(f"cannot retry job {job_id}: it is {job.state.value}")
             if job.unique_key is not None and any(
-                j.unique_key == job.unique_key and j.state in UNFINISHED for j in self._jobs.values()
+                j.unique_key == job.unique_key and j.state in UNFINISHED
+                for j in self._jobs.values()
             ):
                 raise InvalidTransition(
                     f"cannot retry job {job_id}: another unfinished job holds its unique key"
@@ -269,7 +280,10 @@ class MemoryBroker(Broker):
                 if shown is JobState.READY:
                     oldest[job.queue] = min(oldest.get(job.queue, job.run_at), job.run_at)
         return Stats(
-            {q: QueueStats(c, max(0.0, now - oldest[q]) if q in oldest else 0.0) for q, c in counts.items()}
+            {
+                q: QueueStats(c, max(0.0, now - oldest[q]) if q in oldest else 0.0)
+                for q, c in counts.items()
+            }
         )
 
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:

@@ -35,14 +35,20 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
     """``sqlite:///relative.db`` or ``sqlite:////absolute.db``; options as query parameters."""
     parts = urlsplit(url)
     if parts.netloc:
-        raise ConfigError(f"invalid SQLite URL {url!r}: use sqlite:///relative/path.db or sqlite:////abs/path.db")
+        raise ConfigError(
+            f"invalid SQLite URL {url!r}: use sqlite:///relative/path.db or sqlite:////abs/path.db"
+        )
     path = parts.path[1:] if parts.path.startswith("/") else parts.path
     if not path or path == ":memory:":
-        raise ConfigError(f"invalid SQLite URL {url!r}: a file path is required (use memory:// for an in-memory broker)")
+        raise ConfigError(
+            f"invalid SQLite URL {url!r}: a file path is required (use memory:// for an in-memory broker)"
+        )
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     unknown = set(options) - {"synchronous", "busy_timeout", "poll_interval"}
     if unknown:
-        raise ConfigError(f"invalid SQLite URL {url!r}: unknown option(s) {', '.join(sorted(unknown))}")
+        raise ConfigError(
+            f"invalid SQLite URL {url!r}: unknown option(s) {', '.join(sorted(unknown))}"
+        )
     return path, options
 
 
@@ -101,7 +107,9 @@ class SQLiteBroker(Broker):
             raise ConfigError(f"SQLite directory {folder!r} does not exist (from {url!r})")
         sync = options.get("synchronous", "full").lower()
         if sync not in SYNC_MODES:
-            raise ConfigError(f"invalid SQLite URL {url!r}: synchronous must be one of {', '.join(SYNC_MODES)}")
+            raise ConfigError(
+                f"invalid SQLite URL {url!r}: synchronous must be one of {', '.join(SYNC_MODES)}"
+            )
         try:
             self._busy_ms = int(options.get("busy_timeout", "10000"))
             self.poll_interval = float(options.get("poll_interval", "0.005"))
@@ -121,7 +129,10 @@ class SQLiteBroker(Broker):
     def _connect(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_ms / 1000
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self._busy_ms / 1000,
             )
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
@@ -163,7 +174,9 @@ class SQLiteBroker(Broker):
                 "CREATE TABLE IF NOT EXISTS schema_version "
                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
             )
-            current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+            current = conn.execute(
+                "SELECT coalesce(max(version), 0) FROM schema_version"
+            ).fetchone()[0]
             for migration in load_migrations("sqlite"):
                 if migration.version <= current:
                     continue
@@ -202,25 +215,29 @@ class SQLiteBroker(Broker):
                 # One writer holds the lock, so AUTOINCREMENT ids of this batch are consecutive.
                 last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
                 for offset, i in enumerate(plain):
-                    jobs[i] = self._job_from_row(JobId(last - len(plain) + 1 + offset), rows[i])
+                    job_id = JobId(last - len(plain) + 1 + offset)
+                    jobs[i] = self._job_from_row(job_id, rows[i], specs[i])
             for i, spec in enumerate(specs):
                 if spec.unique_key is None:
                     continue
                 cur = conn.execute(Q["insert_unique_job"], rows[i])
                 if cur.rowcount == 1:
-                    jobs[i] = self._job_from_row(JobId(cur.lastrowid or 0), rows[i])
+                    jobs[i] = self._job_from_row(JobId(cur.lastrowid or 0), rows[i], spec)
                 else:
-                    found = conn.execute(Q["unfinished_by_unique_key"], {"key": spec.unique_key}).fetchone()
+                    found = conn.execute(
+                        Q["unfinished_by_unique_key"], {"key": spec.unique_key}
+                    ).fetchone()
                     jobs[i] = _row_to_job(found)
         self._subscribers.notify_local()
         return [j for j in jobs if j is not None]
 
     @staticmethod
-    def _job_from_row(job_id: JobId, row: tuple[Any, ...]) -> Job:
+    def _job_from_row(job_id: JobId, row: tuple[Any, ...], spec: JobSpec) -> Job:
         queue, task, args, kwargs, state, priority, run_at, max_attempts, key, now = row
         return Job(
-            id=job_id, task=task, queue=queue, state=JobState(state), args=loads(args),
-            kwargs=loads(kwargs), priority=priority, max_attempts=max_attempts, run_at=run_at,
+            id=job_id, task=task, queue=queue, state=JobState(state),
+            args=spec.args if spec.args is not None else loads(args),
+            kwargs=spec.kwargs if spec.kwargs is not None else loads(kwargs), priority=priority, max_attempts=max_attempts, run_at=run_at,
             enqueued_at=now, unique_key=key,
         )  # fmt: skip
 
@@ -233,7 +250,9 @@ class SQLiteBroker(Broker):
             self._claim_sql[count] = sql
         return sql
 
-    def claim(self, queues: Sequence[str], n: int, lease: float, worker_id: str) -> list[ClaimedJob]:
+    def claim(
+        self, queues: Sequence[str], n: int, lease: float, worker_id: str
+    ) -> list[ClaimedJob]:
         if n <= 0 or not queues:
             return []
         params: dict[str, Any] = {f"q{i}": q for i, q in enumerate(queues)}
@@ -272,7 +291,9 @@ class SQLiteBroker(Broker):
             for claim in started:
                 if claim in finishing:
                     continue  # ack/fail below sets started_at; one write instead of two
-                cur = conn.execute(Q["start"], {"id": claim.job_id, "token": claim.token, "now": now})
+                cur = conn.execute(
+                    Q["start"], {"id": claim.job_id, "token": claim.token, "now": now}
+                )
                 if cur.rowcount == 0:
                     lost.append(claim)
             for outcome in outcomes:
@@ -283,7 +304,8 @@ class SQLiteBroker(Broker):
                     cur = conn.execute(Q["fail_dead"], {**key, "error": _error_json(outcome)})
                 else:
                     cur = conn.execute(
-                        Q["fail_retry"], {**key, "error": _error_json(outcome), "retry_in": outcome.retry_in}
+                        Q["fail_retry"],
+                        {**key, "error": _error_json(outcome), "retry_in": outcome.retry_in},
                     )
                 if cur.rowcount == 0:
                     lost.append(outcome.claim)

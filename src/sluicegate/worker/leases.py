@@ -1,0 +1,55 @@
+"""The lease keeper: one batched heartbeat per worker process for every held claim.
+
+Runs on the worker's main thread, never in a job's thread or child, so a busy or
+stuck job cannot stop its own lease from being renewed (or from expiring when the
+whole process is frozen).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from ..brokers import Broker
+from ..job import Claim
+
+log = logging.getLogger("sluicegate.worker")
+
+
+class LeaseKeeper:
+    def __init__(self, broker: Broker, lease: float) -> None:
+        self.broker = broker
+        self.lease = lease
+        self.interval = lease / 3
+        self.held: set[Claim] = set()
+        self.next_beat = time.monotonic() + self.interval
+        self.lost_total = 0
+
+    def hold(self, claims: Iterable[Claim]) -> None:
+        self.held.update(claims)
+
+    def drop(self, claims: Iterable[Claim]) -> None:
+        self.held.difference_update(claims)
+
+    def due_in(self, now: float) -> float:
+        return max(0.0, self.next_beat - now) if self.held else self.interval
+
+    def beat_if_due(self, now: float) -> list[Claim]:
+        """Renew every held lease when due; returns the claims found lost."""
+        if now < self.next_beat:
+            return []
+        self.next_beat = now + self.interval
+        if not self.held:
+            return []
+        claims = list(self.held)
+        lost = self.broker.heartbeat(claims, self.lease)
+        if lost:
+            self.lost_total += len(lost)
+            self.drop(lost)
+            for claim in lost:
+                log.warning(
+                    "lease lost on job %s: it expired or was cancelled; its outcome will be refused",
+                    claim.job_id,
+                )
+        return lost

@@ -1,0 +1,87 @@
+"""Pool specs and the per-pool slot budget.
+
+A pool is a named budget of N slots over one or more queues with a concurrency
+model. It claims only as many jobs as it has free slots, so waiting work stays in
+the broker where any other worker can take it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+from ..job import Claim, ClaimedJob
+from ..names import check_name
+
+MODELS = ("thread",)
+MAX_SLOTS = 10_000
+SPEC_FORMAT = "NAME=QUEUE[,QUEUE...]:SLOTS[:MODEL]"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    name: str
+    queues: tuple[str, ...]
+    slots: int
+    model: str = "thread"
+
+    def __post_init__(self) -> None:
+        check_name("pool", self.name)
+        if not self.queues:
+            raise ConfigError(f"pool {self.name!r} has no queues")
+        for queue in self.queues:
+            check_name("queue", queue)
+        if isinstance(self.slots, bool) or not isinstance(self.slots, int):
+            raise ConfigError(f"pool {self.name!r}: slots must be an integer")
+        if not 1 <= self.slots <= MAX_SLOTS:
+            raise ConfigError(f"pool {self.name!r}: slots must be between 1 and {MAX_SLOTS}")
+        if self.model not in MODELS:
+            raise ConfigError(
+                f"pool {self.name!r}: unknown model {self.model!r} (available: {', '.join(MODELS)})"
+            )
+
+
+DEFAULT_POOL = PoolSpec("default", ("default",), 10)
+
+
+def parse_pool_spec(text: str) -> PoolSpec:
+    """Parse ``NAME=QUEUE[,QUEUE...]:SLOTS[:MODEL]``, e.g. ``email=email,notify:3:thread``."""
+    name, sep, rest = text.partition("=")
+    if not sep or not name:
+        raise ConfigError(f"malformed pool spec {text!r}: expected {SPEC_FORMAT}")
+    parts = rest.split(":")
+    if len(parts) not in (2, 3) or not parts[0]:
+        raise ConfigError(f"malformed pool spec {text!r}: expected {SPEC_FORMAT}")
+    queues = tuple(q.strip() for q in parts[0].split(","))
+    try:
+        slots = int(parts[1])
+    except ValueError:
+        raise ConfigError(
+            f"malformed pool spec {text!r}: SLOTS must be an integer, not {parts[1]!r}"
+        ) from None
+    model = parts[2] if len(parts) == 3 else "thread"
+    try:
+        return PoolSpec(name.strip(), queues, slots, model)
+    except ConfigError as exc:
+        raise ConfigError(f"malformed pool spec {text!r}: {exc}") from None
+
+
+def check_pools(pools: list[PoolSpec]) -> list[PoolSpec]:
+    names = [p.name for p in pools]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"pool name(s) given twice: {', '.join(duplicates)}")
+    return pools
+
+
+@dataclass(slots=True)
+class PoolState:
+    """Runtime bookkeeping of one pool: which claims occupy its slots."""
+
+    spec: PoolSpec
+    busy: dict[Claim, ClaimedJob] = field(default_factory=dict)
+    maybe_more: bool = True  # a wake-up arrived, or the last claim came back full
+
+    @property
+    def free(self) -> int:
+        return self.spec.slots - len(self.busy)

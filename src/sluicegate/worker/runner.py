@@ -1,0 +1,38 @@
+"""Run one claimed job and turn what happened into an Outcome value.
+
+Pure apart from calling the task: the retry decision comes from retry.decide.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..codec import encode_result
+from ..context import reset_current, set_current
+from ..job import ClaimedJob
+from ..outcomes import Failed, Outcome, Succeeded
+from ..retry import RetryPolicy, decide, error_info, plain_error
+
+
+def run_job(fn: Any, policy: RetryPolicy, claimed: ClaimedJob, result_limit: int) -> Outcome:
+    job = claimed.job
+    token = set_current(job)
+    try:
+        value = fn(*job.args, **job.kwargs)
+        return Succeeded(claimed.claim, encode_result(value, result_limit))
+    except BaseException as exc:  # a task's SystemExit must not kill the slot's thread
+        retry_in = decide(policy, job.attempts, job.max_attempts, exc)
+        return Failed(claimed.claim, error_info(exc), retry_in)
+    finally:
+        reset_current(token)
+
+
+def timed_out(policy: RetryPolicy, claimed: ClaimedJob, seconds: float) -> Failed:
+    job = claimed.job
+    error = plain_error("TimeoutError", f"timed out after {seconds:g} s")
+    return Failed(claimed.claim, error, decide(policy, job.attempts, job.max_attempts, None))
+
+
+def refused(claimed: ClaimedJob, kind: str, message: str) -> Failed:
+    """A job that cannot run at all (unknown task, corrupt row): dead at once."""
+    return Failed(claimed.claim, plain_error(kind, message), None)

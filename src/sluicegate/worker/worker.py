@@ -1,0 +1,381 @@
+"""One worker process: pools over queues, a single dispatcher thread doing all broker I/O.
+
+The dispatcher loop (``run``) wakes on: a job finished, a job started, a wake-up
+from the broker (enqueue here or elsewhere), a heartbeat or recovery being due, a
+scheduled job coming due, or a signal. Each turn it records outcomes in one
+batched write, claims for pools with free slots (claims sized to free slots), and
+renews leases. Outcomes of jobs whose lease was lost are refused by the broker's
+fencing, never applied.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from ..brokers import Broker
+from ..codec import DEFAULT_PAYLOAD_LIMIT
+from ..job import Claim, ClaimedJob
+from ..outcomes import Failed, Outcome, Succeeded
+from .executors import Executor, WorkItem, make_executor
+from .leases import LeaseKeeper
+from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools
+from .runner import refused, run_job, timed_out
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = logging.getLogger("sluicegate.worker")
+
+
+def new_worker_id() -> str:
+    """Unique per process start: host and pid for humans, random suffix for uniqueness."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(slots=True)
+class Counters:
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead: int = 0
+    released: int = 0
+    recovered: int = 0
+    lease_lost: int = 0
+    timed_out: int = 0
+    by_pool: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InFlight:
+    pool: PoolState
+    claimed: ClaimedJob
+    deadline: float | None = None
+    abandoned: bool = False  # timed out or lease lost: the thread's outcome is ignored
+
+
+class Worker:
+    """Runs jobs of ``app`` in bounded pools until stopped (or, with ``burst``, until idle)."""
+
+    def __init__(
+        self,
+        app: App,
+        pools: list[PoolSpec] | None = None,
+        *,
+        broker: Broker | None = None,
+        lease: float = 30.0,
+        shutdown_timeout: float = 30.0,
+        burst: bool = False,
+        poll_interval: float = 1.0,
+        worker_id: str | None = None,
+        result_limit: int = DEFAULT_PAYLOAD_LIMIT,
+    ) -> None:
+        if lease <= 0:
+            raise ValueError("lease must be positive")
+        self.app = app
+        self.broker = broker or app.broker
+        self.pools = [PoolState(spec) for spec in check_pools(list(pools or [DEFAULT_POOL]))]
+        self.lease = lease
+        self.shutdown_timeout = shutdown_timeout
+        self.burst = burst
+        self.poll_interval = poll_interval
+        self.worker_id = worker_id or new_worker_id()
+        self.result_limit = result_limit
+        self.counters = Counters()
+        self.leases = LeaseKeeper(self.broker, lease)
+        self.recover_interval = max(0.2, min(lease / 3, 10.0))
+        self._executors: dict[str, Executor] = {}
+        self._wake = threading.Event()
+        self._done: collections.deque[tuple[WorkItem, Outcome]] = collections.deque()
+        self._started: collections.deque[Claim] = collections.deque()
+        self._inflight: dict[Claim, InFlight] = {}
+        self._pending: list[Outcome] = []
+        self._stop_requests = 0
+        self._stop_deadline: float | None = None
+        self._broker_backoff = 0.0
+        self._running = False
+
+    # ---- control ---------------------------------------------------------------
+    def stop(self, immediate: bool = False) -> None:
+        """First call: stop claiming and drain; second call (or immediate): release now."""
+        self._stop_requests = 2 if immediate else self._stop_requests + 1
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    @property
+    def busy(self) -> int:
+        return sum(len(p.busy) for p in self.pools)
+
+    # ---- the loop -------------------------------------------------------------
+    def run(self) -> None:
+        """Serve until stopped; on return every held job is acked, failed or released."""
+        for pool in self.pools:
+            executor = make_executor(pool.spec.model, pool.spec.name, pool.spec.slots)
+            executor.start(self._on_start, self._on_done)
+            self._executors[pool.spec.name] = executor
+        unsubscribe = self.broker.subscribe(self._on_wakeup)
+        self._running = True
+        next_recover = time.monotonic()
+        next_poll = time.monotonic() + self.poll_interval
+        next_due: float | None = None
+        log.info("worker %s started: %s", self.worker_id, self._describe())
+        try:
+            while True:
+                now = time.monotonic()
+                self._collect(now)
+                if self._stop_requests and self._shutdown_step(now):
+                    break
+                self._flush()
+                if not self._stop_requests and self._broker_backoff <= now:
+                    if now >= next_poll:
+                        next_poll = now + self.poll_interval * random.uniform(0.8, 1.2)
+                        self._mark_all_maybe_more()
+                    if next_due is not None and now >= next_due:
+                        next_due = None
+                        self._mark_all_maybe_more()
+                    due = self._claim_for_pools()
+                    if due is not None:
+                        next_due = now + due
+                    if self.burst and self._idle_and_drained():
+                        break
+                self._guarded(self._heartbeat, now)
+                if now >= next_recover:
+                    next_recover = now + self.recover_interval * random.uniform(0.8, 1.2)
+                    self._guarded(self._recover)
+                timeout = min(
+                    next_poll - now,
+                    next_recover - now,
+                    self.leases.due_in(now),
+                    self._nearest_deadline(now),
+                    (next_due - now) if next_due is not None else 3600.0,
+                )
+                if not self._done and not self._started:
+                    self._wake.wait(max(timeout, 0.0))
+                self._wake.clear()
+        finally:
+            self._running = False
+            unsubscribe()
+            for executor in self._executors.values():
+                executor.stop()
+            log.info("worker %s stopped", self.worker_id)
+
+    def _describe(self) -> str:
+        return ", ".join(
+            f"{p.spec.name}={','.join(p.spec.queues)}:{p.spec.slots}:{p.spec.model}"
+            for p in self.pools
+        )
+
+    # ---- callbacks from executors and the broker (any thread) ----------------------
+    def _on_start(self, item: WorkItem) -> None:
+        self._started.append(item.claimed.claim)
+        self._wake.set()
+
+    def _on_done(self, item: WorkItem, outcome: Outcome) -> None:
+        self._done.append((item, outcome))
+        self._wake.set()
+
+    def _on_wakeup(self) -> None:
+        self._mark_all_maybe_more()
+        self._wake.set()
+
+    def _mark_all_maybe_more(self) -> None:
+        for pool in self.pools:
+            pool.maybe_more = True
+
+    # ---- turn steps ----------------------------------------------------------------
+    def _collect(self, now: float) -> None:
+        """Free the slots of finished jobs and queue their outcomes; enforce soft timeouts."""
+        while self._done:
+            item, outcome = self._done.popleft()
+            flight = self._inflight.pop(item.claimed.claim, None)
+            if flight is None:
+                continue
+            flight.pool.busy.pop(item.claimed.claim, None)
+            if not flight.abandoned:
+                self._pending.append(outcome)
+        for claim, flight in self._inflight.items():
+            if flight.deadline is not None and not flight.abandoned and now >= flight.deadline:
+                flight.abandoned = True  # the slot stays busy until the thread really returns
+                task = self.app.tasks.get(flight.claimed.job.task)
+                timeout = task.options.timeout if task and task.options.timeout else 0.0
+                policy = task.options.retry if task else None
+                if policy is not None:
+                    self._pending.append(timed_out(policy, flight.claimed, timeout))
+                    self.counters.timed_out += 1
+                    log.warning(
+                        "job %s (%s) timed out after %g s",
+                        claim.job_id,
+                        flight.claimed.job.task,
+                        timeout,
+                    )
+
+    def _flush(self) -> None:
+        """Record starts and outcomes in one broker write; keep them for retry on error."""
+        started = [c for c in self._drain_started() if c in self.leases.held]
+        outcomes = self._pending
+        if not started and not outcomes:
+            return
+        self._pending = []
+        try:
+            lost = self.broker.record(started, outcomes)
+        except Exception as exc:  # storage trouble: keep everything and try again
+            self._pending = outcomes + self._pending
+            self._started.extendleft(reversed(started))
+            self._broker_trouble(exc)
+            return
+        self._broker_backoff = 0.0
+        self.leases.drop(o.claim for o in outcomes)
+        lost_set = set(lost)
+        for outcome in outcomes:
+            if outcome.claim in lost_set:
+                continue
+            if isinstance(outcome, Succeeded):
+                self.counters.succeeded += 1
+            elif isinstance(outcome, Failed) and outcome.retry_in is None:
+                self.counters.dead += 1
+                log.warning("job %s is dead: %s", outcome.claim.job_id, outcome.error)
+            else:
+                self.counters.retried += 1
+        for claim in lost:
+            self.counters.lease_lost += 1
+            self._abandon(claim)
+            log.warning(
+                "lease lost on job %s: outcome refused (another worker holds it or it ended)",
+                claim.job_id,
+            )
+
+    def _drain_started(self) -> list[Claim]:
+        out = []
+        while self._started:
+            out.append(self._started.popleft())
+        return out
+
+    def _claim_for_pools(self) -> float | None:
+        """Claim for every pool with free slots; returns seconds to the next scheduled job."""
+        next_due: float | None = None
+        for pool in self.pools:
+            if pool.free <= 0 or not pool.maybe_more:
+                continue
+            queues = pool.spec.queues
+            try:
+                wanted = pool.free
+                claimed = self.broker.claim(queues, wanted, self.lease, self.worker_id)
+                if len(claimed) < wanted:
+                    pool.maybe_more = False
+                    due = self.broker.next_due(queues)
+                    if due is not None:
+                        next_due = due if next_due is None else min(next_due, due)
+            except Exception as exc:
+                self._broker_trouble(exc)
+                return None
+            self._broker_backoff = 0.0
+            for job in claimed:
+                self._dispatch(pool, job)
+        return next_due
+
+    def _dispatch(self, pool: PoolState, claimed: ClaimedJob) -> None:
+        self.counters.claimed += 1
+        claim = claimed.claim
+        self.leases.hold([claim])
+        task = self.app.tasks.get(claimed.job.task)
+        if claimed.problem is not None or task is None:
+            reason = claimed.problem or f"unknown task {claimed.job.task!r}"
+            kind = "CorruptJob" if claimed.problem else "UnknownTask"
+            self._pending.append(refused(claimed, kind, reason))
+            return
+        timeout = task.options.timeout
+        flight = InFlight(pool, claimed, time.monotonic() + timeout if timeout else None)
+        self._inflight[claim] = flight
+        pool.busy[claim] = claimed
+        fn, policy, limit = task.fn, task.options.retry, self.result_limit
+        item = WorkItem(claimed, lambda: run_job(fn, policy, claimed, limit))
+        self._executors[pool.spec.name].submit(item)
+
+    def _abandon(self, claim: Claim) -> None:
+        flight = self._inflight.get(claim)
+        if flight is not None:
+            flight.abandoned = True
+
+    def _heartbeat(self, now: float) -> None:
+        for claim in self.leases.beat_if_due(now):
+            self.counters.lease_lost += 1
+            self._abandon(claim)
+
+    def _recover(self) -> None:
+        recovery = self.broker.recover_expired()
+        if recovery.requeued or recovery.dead:
+            self.counters.recovered += len(recovery.requeued) + len(recovery.dead)
+            log.warning(
+                "recovered expired leases: %d back to ready, %d dead (attempts exhausted)",
+                len(recovery.requeued), len(recovery.dead),
+            )  # fmt: skip
+
+    def _guarded(self, step: object, *args: object) -> None:
+        try:
+            step(*args)  # type: ignore[operator]
+        except Exception as exc:
+            self._broker_trouble(exc)
+
+    def _broker_trouble(self, exc: Exception) -> None:
+        delay = min(max(self._broker_backoff and 2 * self._broker_backoff, 0.05), 5.0)
+        if self._broker_backoff == 0.0:
+            log.error("broker error (will retry): %s", exc)
+        self._broker_backoff = time.monotonic() + delay * random.uniform(0.5, 1.0)
+
+    def _nearest_deadline(self, now: float) -> float:
+        deadlines = [f.deadline for f in self._inflight.values() if f.deadline and not f.abandoned]
+        return max(0.0, min(deadlines) - now) if deadlines else 3600.0
+
+    def _idle_and_drained(self) -> bool:
+        if self.busy or self._pending or self._started or self._done:
+            return False
+        return not any(self.broker.has_work(p.spec.queues) for p in self.pools)
+
+    # ---- shutdown --------------------------------------------------------------------
+    def _shutdown_step(self, now: float) -> bool:
+        """Stop claiming; when drained or out of time, release what is left. True: exit."""
+        if self._stop_deadline is None:
+            self._stop_deadline = now + self.shutdown_timeout
+            log.info("shutting down: no more claims; waiting up to %g s for %d job(s)",
+                     self.shutdown_timeout, self.busy)  # fmt: skip
+        out_of_time = self._stop_requests >= 2 or now >= self._stop_deadline
+        if self.busy and not out_of_time:
+            return False
+        self._flush()
+        leftover = [c for c, f in self._inflight.items() if not f.abandoned]
+        if leftover:
+            try:
+                lost = self.broker.release(leftover)
+            except Exception as exc:
+                log.error(
+                    "could not release %d job(s); their leases will expire: %s", len(leftover), exc
+                )
+                lost = leftover
+            self.counters.released += len(leftover) - len(lost)
+            log.info("released %d job(s) back to ready without charging an attempt",
+                     len(leftover) - len(lost))  # fmt: skip
+            for claim in leftover:
+                self._abandon(claim)
+            self.leases.drop(leftover)
+        if self._pending:
+            log.error(
+                "%d outcome(s) could not be recorded; those jobs return by lease expiry",
+                len(self._pending),
+            )
+        return True
