@@ -100,7 +100,7 @@ def parse_json(option: str, text: str | None, kind: type) -> Any:
         raise ConfigError(f"{option} is not valid JSON: {exc}") from None
     if not isinstance(value, kind):
         expected = "an array" if kind is list else "an object"
-        raise ConfigError(f"{option} must be a JSON {expected}, not {type(value).__name__}")
+        raise ConfigError(f"{option} must be {expected} in JSON, not {type(value).__name__}")
     return value
 
 

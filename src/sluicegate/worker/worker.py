@@ -355,7 +355,8 @@ class Worker:
             log.info("shutting down: no more claims; waiting up to %g s for %d job(s)",
                      self.shutdown_timeout, self.busy)  # fmt: skip
         out_of_time = self._stop_requests >= 2 or now >= self._stop_deadline
-        if self.busy and not out_of_time:
+        # Jobs already timed out or lost are not waited for: their outcome is decided.
+        if any(not f.abandoned for f in self._inflight.values()) and not out_of_time:
             return False
         self._flush()
         leftover = [c for c, f in self._inflight.items() if not f.abandoned]

@@ -58,20 +58,25 @@ UPDATE jobs SET state = 'running', started_at = :now
 WHERE id = :id AND lease_token = :token AND state IN ({start_from});
 
 -- name: ack
+-- A claim finished without a separate start (record() folds the two) began its body now;
+-- started_at of an earlier attempt must not stand in for this one. Same for fail_*.
 UPDATE jobs
 SET state = 'succeeded', result = :result, finished_at = :now,
-    started_at = coalesce(started_at, :now), lease_expires_at = NULL
+    started_at = CASE WHEN state = 'running' THEN started_at ELSE :now END,
+    lease_expires_at = NULL
 WHERE id = :id AND lease_token = :token AND state IN ({held});
 
 -- name: fail_retry
 UPDATE jobs
 SET state = 'scheduled', run_at = :now + :retry_in, last_error = :error,
+    started_at = CASE WHEN state = 'running' THEN started_at ELSE :now END,
     lease_expires_at = NULL
 WHERE id = :id AND lease_token = :token AND state IN ({held});
 
 -- name: fail_dead
 UPDATE jobs
-SET state = 'dead', last_error = :error, finished_at = :now, lease_expires_at = NULL
+SET state = 'dead', last_error = :error, finished_at = :now, lease_expires_at = NULL,
+    started_at = CASE WHEN state = 'running' THEN started_at ELSE :now END
 WHERE id = :id AND lease_token = :token AND state IN ({held});
 
 -- name: heartbeat

@@ -1,0 +1,30 @@
+"""The app the benchmark's worker subprocesses load: ``sluicegate worker benchapp:app``.
+
+The broker comes from ``--broker`` (worker) or ``App.use_broker`` (benchmark process),
+so importing this module opens nothing.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sluicegate import App
+
+app = App()
+
+
+@app.task
+def noop() -> None:
+    """Does nothing: measures the system's own cost per job (queue "default")."""
+
+
+@app.task(name="parked", queue="parked")
+def parked() -> None:
+    """A no-op on a queue no benchmark worker serves: the enqueue measurements use it,
+    so the jobs they leave behind (on a shared ``--broker``) never feed a later worker."""
+
+
+@app.task
+def stamp() -> float:
+    """Returns the wall-clock time its body started, for enqueue-to-start latency."""
+    return time.time()
