@@ -236,8 +236,10 @@ class SQLiteBroker(Broker):
         queue, task, args, kwargs, state, priority, run_at, max_attempts, key, now = row
         return Job(
             id=job_id, task=task, queue=queue, state=JobState(state),
-            args=spec.args if spec.args is not None else loads(args),
-            kwargs=spec.kwargs if spec.kwargs is not None else loads(kwargs), priority=priority, max_attempts=max_attempts, run_at=run_at,
+            # Decode what was stored rather than reuse spec.args/kwargs: the caller's objects
+            # (tuples, later-mutated lists) are not what get_job or a worker will see.
+            args=loads(args), kwargs=loads(kwargs), priority=priority,
+            max_attempts=max_attempts, run_at=run_at,
             enqueued_at=now, unique_key=key,
         )  # fmt: skip
 
@@ -412,11 +414,15 @@ class SQLiteBroker(Broker):
     def _watch_loop(self, stop: threading.Event, fire: Callable[[], None]) -> None:
         """Poll PRAGMA data_version: it changes when another connection commits."""
         conn = self._connect()
+        cursor = conn.cursor()
+        interval = self.poll_interval
         try:
-            last = conn.execute("PRAGMA data_version").fetchone()[0]
-            while not stop.wait(self.poll_interval):
+            last = cursor.execute("PRAGMA data_version").fetchone()[0]
+            # time.sleep + is_set costs less CPU per turn than Event.wait(timeout).
+            while not stop.is_set():
+                time.sleep(interval)
                 try:
-                    version = conn.execute("PRAGMA data_version").fetchone()[0]
+                    version = cursor.execute("PRAGMA data_version").fetchone()[0]
                 except sqlite3.Error:
                     continue
                 if version != last:

@@ -81,6 +81,7 @@ class PoolState:
     spec: PoolSpec
     busy: dict[Claim, ClaimedJob] = field(default_factory=dict)
     maybe_more: bool = True  # a wake-up arrived, or the last claim came back full
+    backlog: bool = False  # the last claim was full: claim again without probing first
 
     @property
     def free(self) -> int:

@@ -104,6 +104,7 @@ class Worker:
         self._stop_deadline: float | None = None
         self._broker_backoff = 0.0
         self._running = False
+        self._wake_gen = 0
 
     # ---- control ---------------------------------------------------------------
     def stop(self, immediate: bool = False) -> None:
@@ -191,6 +192,7 @@ class Worker:
         self._wake.set()
 
     def _on_wakeup(self) -> None:
+        self._wake_gen += 1
         self._mark_all_maybe_more()
         self._wake.set()
 
@@ -273,11 +275,19 @@ class Worker:
             if pool.free <= 0 or not pool.maybe_more:
                 continue
             queues = pool.spec.queues
+            seen = self._wake_gen
             try:
-                wanted = pool.free
-                claimed = self.broker.claim(queues, wanted, self.lease, self.worker_id)
-                if len(claimed) < wanted:
-                    pool.maybe_more = False
+                # Idle pools look first with a read-only probe: a wake-up caused by some
+                # other worker's commit must not make every idle worker take the write lock.
+                if not pool.backlog and not self.broker.has_work(queues):
+                    claimed = []
+                else:
+                    wanted = pool.free
+                    claimed = self.broker.claim(queues, wanted, self.lease, self.worker_id)
+                    pool.backlog = len(claimed) == wanted
+                if not pool.backlog:
+                    # A wake-up that raced with this look keeps the pool looking.
+                    pool.maybe_more = self._wake_gen != seen
                     due = self.broker.next_due(queues)
                     if due is not None:
                         next_due = due if next_due is None else min(next_due, due)
