@@ -56,6 +56,8 @@ def encode_payload(
         raise SerializationError(
             f"task {task!r}: kwargs must be an object, not {type(kwargs).__name__}"
         )
+    if not all(isinstance(key, str) for key in kwargs):  # JSON would quietly stringify them
+        raise SerializationError(f"task {task!r}: {_find_bad((), kwargs)} is not JSON-serializable")
     try:
         args_json = _encoder.encode(list(args))
         kwargs_json = _encoder.encode(dict(kwargs)) if kwargs else "{}"
@@ -76,6 +78,7 @@ def encode_result(value: Any, limit: int = DEFAULT_PAYLOAD_LIMIT) -> str:
         text = _encoder.encode(value)
     except (TypeError, ValueError) as exc:
         raise SerializationError(f"result is not JSON-serializable: {exc}") from None
-    if len(text) > limit:
-        raise SerializationError(f"result is {len(text)} bytes, over the limit of {limit} bytes")
+    size = len(text.encode())
+    if size > limit:
+        raise SerializationError(f"result is {size} bytes, over the limit of {limit} bytes")
     return text

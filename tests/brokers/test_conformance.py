@@ -15,14 +15,19 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sluicegate.brokers.base import Broker, Recovery
+from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.codec import dumps, encode_payload
-from sluicegate.errors import InvalidTransition, JobNotFound, LeaseLost
+from sluicegate.errors import InvalidTransition, JobNotFound, LeaseLost, SluicegateError
 from sluicegate.job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState
 from sluicegate.outcomes import Failed, Succeeded
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from conftest import BrokerKind, FakeClock
 
 S = JobState
@@ -108,6 +113,19 @@ class TestEnqueue:
         assert ids == sorted(ids) and len(set(ids)) == 5
         assert all(broker.get_job(j.id) == j for j in jobs)
         assert len(broker.list_jobs()) == 5
+
+    def test_bulk_enqueue_mixing_unique_keys_keeps_fifo_order(self, broker: Broker) -> None:
+        kept = put(broker, unique_key="held", args=["kept"])
+        jobs = broker.enqueue([
+            spec(args=[0], unique_key="k0"), spec(args=[1]), spec(args=[2]),
+            spec(args=["dup"], unique_key="held"), spec(args=[3], unique_key="k3"), spec(args=[4]),
+        ])  # fmt: skip
+        assert [j.args for j in jobs] == [[0], [1], [2], ["kept"], [3], [4]]
+        assert jobs[3].id == kept.id
+        fresh = [j.id for j in jobs if j.id != kept.id]
+        assert fresh == sorted(fresh)
+        claimed = broker.claim(["q"], 10, LEASE, "w")
+        assert [c.job.args for c in claimed] == [["kept"], [0], [1], [2], [3], [4]]
 
     def test_empty_enqueue_stores_nothing(self, broker: Broker) -> None:
         assert broker.enqueue([]) == []
@@ -341,9 +359,7 @@ class TestRecord:
         done = get(broker, job.id)
         assert done.attempts == 2 and done.started_at == clock.now
 
-    def test_fail_with_retry_schedules_with_backoff(
-        self, broker: Broker, clock: FakeClock
-    ) -> None:
+    def test_fail_with_retry_schedules_with_backoff(self, broker: Broker, clock: FakeClock) -> None:
         job = put(broker, max_attempts=3)
         claim = take(broker).claim
         broker.start(claim)
@@ -384,8 +400,12 @@ class TestRecord:
         claims = [c.claim for c in broker.claim(["q"], 4, LEASE, "w")]
         stale = Claim(claims[0].job_id, claims[0].token + 1)
         lost = broker.record(
-            claims[:2] + [stale],
-            [Succeeded(claims[1], "1"), Failed(claims[2], BOOM, 1.0), Failed(claims[3], BOOM, None)],
+            [*claims[:2], stale],
+            [
+                Succeeded(claims[1], "1"),
+                Failed(claims[2], BOOM, 1.0),
+                Failed(claims[3], BOOM, None),
+            ],
         )
         assert lost == [stale]
         assert [state(broker, j.id) for j in jobs] == [S.RUNNING, S.SUCCEEDED, S.SCHEDULED, S.DEAD]
@@ -641,9 +661,7 @@ class TestRetry:
         claimed = take(broker)
         assert claimed.job.id == job.id and claimed.job.attempts == 1
 
-    @pytest.mark.parametrize(
-        "start", [S.SCHEDULED, S.READY, S.CLAIMED, S.RUNNING, S.SUCCEEDED]
-    )
+    @pytest.mark.parametrize("start", [S.SCHEDULED, S.READY, S.CLAIMED, S.RUNNING, S.SUCCEEDED])
     def test_retry_of_other_states_is_refused(
         self, broker: Broker, clock: FakeClock, start: JobState
     ) -> None:
@@ -919,10 +937,10 @@ try:
     sys.stdin.readline()
     got = []
     if action == "claim":
-        while batch := broker.claim(["q"], 3, 30.0, worker):
+        while batch := broker.claim(["q"], 2, 30.0, worker):
             got.extend([c.claim.job_id, c.claim.token] for c in batch)
     else:
-        while (rec := broker.recover_expired(limit=7)).requeued or rec.dead:
+        while (rec := broker.recover_expired(limit=3)).requeued or rec.dead:
             got.extend(["requeued", i] for i in rec.requeued)
             got.extend(["dead", i] for i in rec.dead)
     print(json.dumps(got), flush=True)
@@ -932,11 +950,9 @@ finally:
 
 
 def _run_children(url: str, action: str, count: int) -> list[list[Any]]:
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
     children = [
-        subprocess.Popen(
-            [sys.executable, "-c", CHILD, url, action, f"p{i}"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        subprocess.Popen([sys.executable, "-c", CHILD, url, action, f"p{i}"], text=True, **pipes)
         for i in range(count)
     ]
     try:
@@ -985,3 +1001,120 @@ class TestProcessRaces:
             [i for kind, i in outputs if kind == "requeued"],
             [i for kind, i in outputs if kind == "dead"],
         )  # fmt: skip
+
+
+# ---- every broker behaves like the reference broker ----------------------------------------
+# Random sequences of operations run on the broker under test and on MemoryBroker, on one
+# shared fake clock; after every step the answers and every stored job must agree.
+EXAMPLE_START = 1_700_000_000.0
+CLAIM_OPS = ("start", "ack", "fail_retry", "fail_dead", "heartbeat", "release")
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("enqueue"), st.sampled_from("ab"), st.integers(0, 2),
+                  st.sampled_from([0.0, 5.0]), st.integers(1, 3), st.sampled_from([None, "k"])),
+        st.tuples(st.just("claim"), st.sampled_from([("a",), ("b",), ("a", "b")]),
+                  st.integers(1, 3), st.sampled_from([5.0, 10.0])),
+        st.tuples(st.sampled_from(CLAIM_OPS), st.integers(0, 3)),  # 0: the latest claim
+        st.tuples(st.sampled_from(["cancel", "retry"]), st.integers(1, 12)),
+        st.tuples(st.just("recover"), st.integers(1, 3)),
+        st.tuples(st.just("advance"), st.sampled_from([1.0, 4.0, 11.0])),
+    ),
+    max_size=40,
+)  # fmt: skip
+
+
+def _apply_claim_op(broker: Broker, op: str, claim: Claim) -> list[Claim]:
+    if op == "start":
+        return broker.record([claim], [])
+    if op == "ack":
+        return broker.record([], [Succeeded(claim, "[1]")])
+    if op == "fail_retry":
+        return broker.record([claim], [Failed(claim, BOOM, 3.0)])
+    if op == "fail_dead":
+        return broker.record([], [Failed(claim, BOOM, None)])
+    if op == "heartbeat":
+        return broker.heartbeat([claim], 10.0)
+    return broker.release([claim])
+
+
+def _step(broker: Broker, claims: list[Claim], op: tuple[Any, ...]) -> tuple[Any, ...]:
+    kind = op[0]
+    try:
+        if kind == "enqueue":
+            _, queue, priority, delay, attempts, key = op
+            new = spec(queue=queue, priority=priority, delay=delay, max_attempts=attempts,
+                       unique_key=key)  # fmt: skip
+            return ("ids", [j.id for j in broker.enqueue([new])])
+        if kind == "claim":
+            got = broker.claim(list(op[1]), op[2], op[3], "w")
+            claims.extend(c.claim for c in got)
+            return ("ids", [c.job.id for c in got])
+        if kind in CLAIM_OPS:
+            if not claims:
+                return ("nothing",)
+            claim = claims[-1 - op[1] % len(claims)]
+            return ("lost", bool(_apply_claim_op(broker, kind, claim)))
+        if kind in ("cancel", "retry"):
+            ids = sorted(_ranks(broker))
+            target = ids[op[1] % len(ids)] if ids and op[1] < 12 else 10**9
+            job = broker.cancel(target) if kind == "cancel" else broker.retry(target)
+            return ("ids", [job.id])
+        recovery = broker.recover_expired(limit=op[1])
+        return ("recovery", sorted(recovery.requeued), sorted(recovery.dead))
+    except SluicegateError as exc:
+        return ("error", type(exc).__name__)
+
+
+def _ranks(broker: Broker) -> dict[int, int]:
+    """Job ids by creation order. Ids are opaque: a broker may skip some (SQLite does when a
+    unique key turns an insert into nothing), so brokers are compared by rank, not id."""
+    ids = sorted(j.id for j in broker.list_jobs(limit=10_000))
+    return {job_id: rank for rank, job_id in enumerate(ids)}
+
+
+def _normalized(broker: Broker, result: tuple[Any, ...]) -> tuple[Any, ...]:
+    rank = _ranks(broker)
+    if result[0] == "ids":
+        return ("ids", [rank[i] for i in result[1]])
+    if result[0] == "recovery":
+        return ("recovery", [rank[i] for i in result[1]], [rank[i] for i in result[2]])
+    return result
+
+
+def _observe(broker: Broker) -> object:
+    rank = _ranks(broker)
+    return (
+        [{**j.to_dict(), "id": rank[j.id]} for j in broker.list_jobs(limit=10_000)],
+        broker.stats().to_dict(),
+        [broker.has_work(qs) for qs in (["a"], ["b"], ["a", "b"])],
+        broker.next_due(["a", "b"]),
+    )
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=OPS)
+def test_behaves_like_the_reference_broker(
+    broker_kind: BrokerKind, tmp_path: Path, clock: FakeClock, ops: list[tuple[Any, ...]]
+) -> None:
+    if broker_kind.name == "memory":
+        pytest.skip("memory is the reference")
+    folder = tmp_path / f"example-{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    clock.now = EXAMPLE_START  # the fixture outlives one example
+    reference = MemoryBroker(clock=clock)
+    tested = broker_kind.open(broker_kind.url(folder), clock)
+    try:
+        ref_claims: list[Claim] = []
+        tested_claims: list[Claim] = []
+        for op in ops:
+            if op[0] == "advance":
+                clock.advance(op[1])
+                continue
+            expected = _normalized(reference, _step(reference, ref_claims, op))
+            assert _normalized(tested, _step(tested, tested_claims, op)) == expected, op
+            assert _observe(tested) == _observe(reference), op
+    finally:
+        tested.close()
+        reference.close()

@@ -10,6 +10,7 @@ connection and never take the write lock. Other processes are noticed through
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import secrets
 import sqlite3
@@ -209,25 +210,29 @@ class SQLiteBroker(Broker):
             )  # fmt: skip
         jobs: list[Job | None] = [None] * len(specs)
         with self._write() as conn:
-            plain = [i for i, s in enumerate(specs) if s.unique_key is None]
-            if plain:
-                conn.executemany(Q["insert_job"], [rows[i] for i in plain])
-                # One writer holds the lock, so AUTOINCREMENT ids of this batch are consecutive.
-                last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
-                for offset, i in enumerate(plain):
-                    job_id = JobId(last - len(plain) + 1 + offset)
-                    jobs[i] = self._job_from_row(job_id, rows[i], specs[i])
-            for i, spec in enumerate(specs):
-                if spec.unique_key is None:
+            # Rows go in in batch order (ids are the claim order's last tie-break); each run
+            # of specs without a unique key is one executemany.
+            runs = itertools.groupby(range(len(specs)), key=lambda i: specs[i].unique_key is None)
+            for plain_run, run in runs:
+                indexes = list(run)
+                if plain_run:
+                    conn.executemany(Q["insert_job"], [rows[i] for i in indexes])
+                    # One writer holds the lock, so AUTOINCREMENT ids of this run are consecutive.
+                    last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+                    for offset, i in enumerate(indexes):
+                        job_id = JobId(last - len(indexes) + 1 + offset)
+                        jobs[i] = self._job_from_row(job_id, rows[i], specs[i])
                     continue
-                cur = conn.execute(Q["insert_unique_job"], rows[i])
-                if cur.rowcount == 1:
-                    jobs[i] = self._job_from_row(JobId(cur.lastrowid or 0), rows[i], spec)
-                else:
-                    found = conn.execute(
-                        Q["unfinished_by_unique_key"], {"key": spec.unique_key}
-                    ).fetchone()
-                    jobs[i] = _row_to_job(found)
+                for i in indexes:
+                    cur = conn.execute(Q["insert_unique_job"], rows[i])
+                    if cur.rowcount == 1:
+                        job_id = JobId(cur.lastrowid or 0)
+                        jobs[i] = self._job_from_row(job_id, rows[i], specs[i])
+                    else:
+                        found = conn.execute(
+                            Q["unfinished_by_unique_key"], {"key": specs[i].unique_key}
+                        ).fetchone()
+                        jobs[i] = _row_to_job(found)
         self._subscribers.notify_local()
         return [j for j in jobs if j is not None]
 

@@ -1,0 +1,381 @@
+"""The producer API (App, Task, with_options, enqueue_many) on memory:// and SQLite files."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluicegate import App, ConfigError, JobNotFound, JobState, SerializationError, Task
+from sluicegate.brokers import broker_from_url
+from sluicegate.brokers.memory import MemoryBroker
+
+S = JobState
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
+    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'app.db'}"
+    app = App(broker=url)
+    yield app
+    app.close()
+
+
+def assert_nothing_stored(app: App) -> None:
+    assert app.broker.list_jobs() == []
+    assert app.broker.stats().to_dict() == {"queues": {}}
+
+
+def assert_fresh_read_matches(app: App, job: Any) -> None:
+    assert app.get_job(job.id) == job
+
+
+# ---- registering tasks ---------------------------------------------------------------
+def test_task_decorator_forms(app: App) -> None:
+    @app.task
+    def plain(x: int) -> int:
+        return x * 2
+
+    @app.task(name="renamed", queue="email", max_attempts=5, priority=-2, timeout=3.5)
+    def configured() -> None: ...
+
+    assert isinstance(plain, Task) and plain.name == "plain"
+    assert plain(21) == 42  # calling a task runs it here and now
+    assert app.tasks == {"plain": plain, "renamed": configured}
+    opts = configured.options
+    assert (opts.queue, opts.max_attempts, opts.priority, opts.timeout) == ("email", 5, -2, 3.5)
+    assert opts.retry.max_attempts == 5
+
+
+def test_duplicate_task_registration_is_refused(app: App) -> None:
+    @app.task
+    def dup() -> None: ...
+
+    with pytest.raises(ConfigError, match="'dup' is registered twice"):
+
+        @app.task
+        def dup() -> None: ...
+
+    with pytest.raises(ConfigError, match="registered twice"):
+        app.task(name="dup")(lambda: None)
+
+
+@pytest.mark.parametrize("name", ["", "has space", "a:b", "x/y", "a=b", "é", "n" * 128])
+def test_invalid_task_names_are_refused(app: App, name: str) -> None:
+    with pytest.raises(ConfigError, match="invalid task name"):
+        app.task(name=name)(lambda: None)
+    with pytest.raises(ConfigError, match="invalid task name"):
+        app.enqueue(name)
+    assert name not in app.tasks
+    assert_nothing_stored(app)
+
+
+@pytest.mark.parametrize("queue", ["", "bad queue", "a:b", "a,b", "q" * 128])
+def test_invalid_queue_names_are_refused(app: App, queue: str) -> None:
+    with pytest.raises(ConfigError, match="invalid queue name"):
+        app.task(queue=queue)(lambda: None)
+
+    @app.task
+    def fine() -> None: ...
+
+    with pytest.raises(ConfigError, match="invalid queue name"):
+        fine.with_options(queue=queue).enqueue()
+    with pytest.raises(ConfigError, match="invalid queue name"):
+        app.enqueue("fine", queue=queue)
+    assert_nothing_stored(app)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"max_attempts": 0}, {"max_attempts": True}, {"priority": 1.5}, {"priority": 2**31},
+     {"timeout": 0}, {"timeout": -1}],
+)  # fmt: skip
+def test_invalid_task_options_are_refused(app: App, options: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError):
+        app.task(**options)(lambda: None)
+
+
+# ---- enqueueing ----------------------------------------------------------------------------
+def test_task_enqueue_stores_a_ready_job(app: App) -> None:
+    @app.task(queue="email", max_attempts=4, priority=2)
+    def send(user_id: int, *, template: str) -> None: ...
+
+    job = send.enqueue(42, template="reset")
+    assert (job.task, job.queue, job.state) == ("send", "email", S.READY)
+    assert (job.args, job.kwargs) == ([42], {"template": "reset"})
+    assert (job.max_attempts, job.priority, job.attempts) == (4, 2, 0)
+    assert job.run_at == job.enqueued_at
+    assert_fresh_read_matches(app, job)
+
+
+def test_enqueue_returns_what_a_fresh_read_sees(app: App) -> None:
+    """The returned job is the stored one: JSON values, not the caller's Python objects."""
+
+    @app.task
+    def t(*args: Any, **kwargs: Any) -> None: ...
+
+    pair = [1, 2]
+    job = t.enqueue((1, 2), {"n": (3,)}, pair, k=(4, 5))
+    assert job.args == [[1, 2], {"n": [3]}, [1, 2]] and job.kwargs == {"k": [4, 5]}
+    pair.append(3)  # the caller's list changing later does not change the job
+    assert job.args[2] == [1, 2]
+    assert_fresh_read_matches(app, job)
+
+
+def test_with_options_delay_schedules(app: App) -> None:
+    @app.task
+    def later() -> None: ...
+
+    job = later.with_options(delay=60).enqueue()
+    assert job.state is S.SCHEDULED and job.run_at == job.enqueued_at + 60
+    other = later.with_options(delay=dt.timedelta(minutes=2)).enqueue()
+    assert other.state is S.SCHEDULED and other.run_at == other.enqueued_at + 120
+    now = later.with_options(delay=-5).enqueue()  # negative delays mean now
+    assert now.state is S.READY
+    assert app.broker.next_due(["default"]) is not None
+    for j in (job, other, now):
+        assert_fresh_read_matches(app, j)
+
+
+def test_with_options_run_at(app: App) -> None:
+    @app.task
+    def at() -> None: ...
+
+    when = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    job = at.with_options(run_at=when).enqueue()
+    assert job.state is S.SCHEDULED and job.run_at == when.timestamp()
+    past = at.with_options(run_at=when - dt.timedelta(days=1)).enqueue()
+    assert past.state is S.READY
+    epoch = at.with_options(run_at=when.timestamp()).enqueue()
+    assert epoch.state is S.SCHEDULED and epoch.run_at == when.timestamp()
+
+
+def test_naive_datetime_run_at_is_refused(app: App) -> None:
+    @app.task
+    def at() -> None: ...
+
+    with pytest.raises(ConfigError, match="timezone-aware"):
+        at.with_options(run_at=dt.datetime(2030, 1, 1)).enqueue()
+    with pytest.raises(ConfigError, match="timezone-aware"):
+        app.enqueue("at", run_at=dt.datetime(2030, 1, 1))
+    assert_nothing_stored(app)
+
+
+def test_delay_and_run_at_together_are_refused(app: App) -> None:
+    with pytest.raises(ConfigError, match="delay or run_at"):
+        app.enqueue("t", delay=1, run_at=dt.datetime.now(dt.UTC))
+    assert_nothing_stored(app)
+
+
+@pytest.mark.parametrize("delay", ["10", True, [5]])
+def test_bad_delay_types_are_refused(app: App, delay: Any) -> None:
+    with pytest.raises(ConfigError, match="delay must be seconds"):
+        app.enqueue("t", delay=delay)
+    assert_nothing_stored(app)
+
+
+def test_with_options_priority_queue_and_attempts(app: App) -> None:
+    @app.task(queue="normal", priority=5)
+    def work(n: int) -> None: ...
+
+    low = work.enqueue(1)
+    high = work.with_options(priority=-1).enqueue(2)
+    moved = work.with_options(queue="urgent", max_attempts=9).enqueue(3)
+    assert (low.priority, high.priority) == (5, -1)
+    assert (moved.queue, moved.max_attempts, moved.priority) == ("urgent", 9, 5)
+    claimed = app.broker.claim(["normal"], 5, 30, "w")
+    assert [c.job.args for c in claimed] == [[2], [1]]
+    chained = work.with_options(queue="urgent").with_options(priority=0).enqueue(4)
+    assert (chained.queue, chained.priority) == ("urgent", 0)
+
+
+def test_with_options_unique_key(app: App) -> None:
+    @app.task
+    def once(n: int) -> None: ...
+
+    first = once.with_options(unique_key="report-1").enqueue(1)
+    again = once.with_options(unique_key="report-1").enqueue(2)
+    other = once.with_options(unique_key="report-2").enqueue(3)
+    assert again.id == first.id and again.args == [1]
+    assert other.id != first.id
+    assert len(app.broker.list_jobs()) == 2
+    app.broker.cancel(first.id)
+    assert once.with_options(unique_key="report-1").enqueue(4).id not in (first.id, other.id)
+
+
+@pytest.mark.parametrize("key", ["", 5])
+def test_bad_unique_keys_are_refused(app: App, key: Any) -> None:
+    with pytest.raises(ConfigError, match="unique_key"):
+        app.enqueue("t", unique_key=key)
+    assert_nothing_stored(app)
+
+
+def test_with_options_rejects_unknown_options(app: App) -> None:
+    @app.task
+    def t() -> None: ...
+
+    with pytest.raises(ConfigError, match=r"'t'.*bogus"):
+        t.with_options(bogus=1)
+
+
+@pytest.mark.parametrize("priority", [1.5, "1", True, -(2**31) - 1])
+def test_bad_priorities_are_refused(app: App, priority: Any) -> None:
+    with pytest.raises(ConfigError, match="priority"):
+        app.enqueue("t", priority=priority)
+    assert_nothing_stored(app)
+
+
+def test_enqueue_by_name_of_an_unregistered_task(app: App) -> None:
+    assert "elsewhere" not in app.tasks
+    job = app.enqueue("elsewhere", args=[1], kwargs={"a": "b"})
+    assert (job.task, job.queue, job.state) == ("elsewhere", "default", S.READY)
+    assert (job.args, job.kwargs, job.max_attempts, job.priority) == ([1], {"a": "b"}, 3, 0)
+    routed = app.enqueue("elsewhere", queue="far", priority=3, max_attempts=1, delay=30)
+    assert (routed.queue, routed.priority, routed.max_attempts) == ("far", 3, 1)
+    assert routed.state is S.SCHEDULED and (routed.args, routed.kwargs) == ([], {})
+    assert_fresh_read_matches(app, routed)
+
+
+def test_enqueue_by_name_uses_the_registered_defaults(app: App) -> None:
+    @app.task(queue="email", max_attempts=6, priority=1)
+    def mail() -> None: ...
+
+    job = app.enqueue("mail")
+    assert (job.queue, job.max_attempts, job.priority) == ("email", 6, 1)
+
+
+def test_task_enqueue_many(app: App) -> None:
+    @app.task(queue="bulk")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    jobs = add.enqueue_many([(1, 2), [3, 4], (5, 6)])
+    assert [j.args for j in jobs] == [[1, 2], [3, 4], [5, 6]]
+    assert all(j.queue == "bulk" and j.state is S.READY for j in jobs)
+    assert len({j.id for j in jobs}) == 3
+    assert add.enqueue_many([]) == []
+    for job in jobs:
+        assert_fresh_read_matches(app, job)
+
+
+def test_app_enqueue_many_mixes_tasks(app: App) -> None:
+    @app.task(queue="a")
+    def one(x: int) -> None: ...
+
+    jobs = app.enqueue_many([("one", [1], {}), ("not_here", [], {"k": 2})])
+    assert [(j.task, j.queue, j.args, j.kwargs) for j in jobs] == [
+        ("one", "a", [1], {}), ("not_here", "default", [], {"k": 2}),
+    ]  # fmt: skip
+
+
+def test_enqueue_many_is_all_or_nothing(app: App) -> None:
+    @app.task
+    def t(x: Any) -> None: ...
+
+    with pytest.raises(SerializationError, match="argument 0"):
+        t.enqueue_many([(1,), (object(),), (3,)])
+    with pytest.raises(ConfigError, match="invalid task name"):
+        app.enqueue_many([("t", [1], {}), ("bad name", [], {})])
+    assert_nothing_stored(app)
+
+
+# ---- bad payloads lose nothing and store nothing ------------------------------------------
+def test_non_json_positional_argument_is_named(app: App) -> None:
+    @app.task
+    def t(*args: Any) -> None: ...
+
+    with pytest.raises(SerializationError, match=r"task 't': argument 1 .*not JSON-serializable"):
+        t.enqueue(1, object(), 3)
+    with pytest.raises(SerializationError, match="argument 0"):
+        t.enqueue(float("nan"))
+    with pytest.raises(SerializationError, match="argument 2"):
+        app.enqueue("t", args=[1, 2, {b"k"}])
+    assert_nothing_stored(app)
+
+
+def test_non_json_keyword_argument_is_named(app: App) -> None:
+    @app.task
+    def t(**kwargs: Any) -> None: ...
+
+    with pytest.raises(SerializationError, match="keyword argument 'when'"):
+        t.enqueue(ok=1, when=dt.datetime.now())
+    with pytest.raises(SerializationError, match="keyword argument 'x'"):
+        t.with_options(delay=5).enqueue(x=float("inf"))
+    with pytest.raises(SerializationError, match="keyword names must be strings"):
+        app.enqueue("t", kwargs={1: "x"})
+    assert_nothing_stored(app)
+
+
+def test_args_and_kwargs_shapes(app: App) -> None:
+    with pytest.raises(SerializationError, match="args must be a list"):
+        app.enqueue("t", args="abc")
+    with pytest.raises(SerializationError, match="kwargs must be an object"):
+        app.enqueue("t", kwargs=[("a", 1)])  # type: ignore[arg-type]
+    assert_nothing_stored(app)
+
+
+def test_payload_over_the_limit_is_refused(tmp_path: Path) -> None:
+    for url in ("memory://", f"sqlite:///{tmp_path / 'limit.db'}"):
+        app = App(broker=url, payload_limit=100)
+        try:
+
+            @app.task
+            def big(blob: str) -> None: ...
+
+            with pytest.raises(SerializationError, match="over the limit of 100 bytes"):
+                big.enqueue("x" * 200)
+            with pytest.raises(SerializationError, match="over the limit"):
+                big.enqueue_many([("small",), ("y" * 200,)])
+            assert_nothing_stored(app)
+            assert big.enqueue("x" * 50).args == ["x" * 50]
+        finally:
+            app.close()
+
+
+# ---- reading back ------------------------------------------------------------------------
+def test_get_job_of_a_missing_id(app: App) -> None:
+    with pytest.raises(JobNotFound, match="job 999 not found"):
+        app.get_job(999)
+
+
+def test_get_job_is_a_fresh_read(app: App) -> None:
+    job = app.enqueue("t")
+    [claimed] = app.broker.claim(["default"], 1, 30, "w")
+    app.broker.ack(claimed.claim, '"done"')
+    assert job.state is S.READY  # the snapshot does not change
+    fresh = app.get_job(job.id)
+    assert (fresh.state, fresh.result, fresh.attempts) == (S.SUCCEEDED, "done", 1)
+
+
+# ---- brokers by URL ------------------------------------------------------------------------
+def test_broker_opens_lazily(tmp_path: Path) -> None:
+    path = tmp_path / "lazy.db"
+    app = App(broker=f"sqlite:///{path}")
+    assert app.broker_url == f"sqlite:///{path}" and not path.exists()
+    try:
+        app.enqueue("t")
+        assert path.exists()
+    finally:
+        app.close()
+
+
+def test_broker_instance_and_env_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    broker = MemoryBroker()
+    assert App(broker=broker).broker is broker
+    monkeypatch.setenv("SLUICEGATE_BROKER", "memory://")
+    assert App().broker_url == "memory://"
+    monkeypatch.delenv("SLUICEGATE_BROKER")
+    assert App().broker_url == "sqlite:///sluicegate.db"
+
+
+@pytest.mark.parametrize(
+    "url", ["nothing", "redis://localhost", "sqlite://host/x.db", "sqlite:///", "sqlite:///:memory:",
+            "sqlite:///x.db?bogus=1", "sqlite:///x.db?synchronous=sometimes",
+            "sqlite:////no/such/folder/x.db"],
+)  # fmt: skip
+def test_bad_broker_urls(url: str) -> None:
+    with pytest.raises(ConfigError):
+        broker_from_url(url)
