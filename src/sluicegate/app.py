@@ -20,6 +20,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_BROKER = "sqlite:///sluicegate.db"
+_DEFAULT_OPTIONS = TaskOptions()
 BROKER_ENV = "SLUICEGATE_BROKER"
 
 
@@ -131,7 +132,7 @@ class App:
         """Validate and encode one job; raises before anything is stored."""
         check_name("task", name)
         task = self.tasks.get(name)
-        defaults = task.options if task is not None else TaskOptions()
+        defaults = task.options if task is not None else _DEFAULT_OPTIONS
         if delay is not None and run_at is not None:
             raise ConfigError("give delay or run_at, not both")
         if unique_key is not None and (not isinstance(unique_key, str) or not unique_key):
@@ -151,8 +152,6 @@ class App:
                 check_attempts(max_attempts) if max_attempts is not None else defaults.max_attempts
             ),
             unique_key=unique_key,
-            args=list(args) if args is not None else [],
-            kwargs=dict(kwargs) if kwargs is not None else {},
         )
 
     def enqueue(

@@ -19,6 +19,8 @@ def dumps(value: Any) -> str:
 
 
 def loads(text: str) -> Any:
+    if text == "{}":  # the common empty kwargs: skip the decoder
+        return {}
     return _decoder.decode(text)
 
 
@@ -50,22 +52,29 @@ def encode_payload(
     task: str, args: Sequence[Any], kwargs: Mapping[str, Any], limit: int = DEFAULT_PAYLOAD_LIMIT
 ) -> tuple[str, str]:
     """Encode args and kwargs as JSON, or raise SerializationError naming the bad argument."""
-    if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+    if type(args) not in (list, tuple) and (
+        isinstance(args, str | bytes) or not isinstance(args, Sequence)
+    ):
         raise SerializationError(f"task {task!r}: args must be a list, not {type(args).__name__}")
-    if not isinstance(kwargs, Mapping):
+    if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
         raise SerializationError(
             f"task {task!r}: kwargs must be an object, not {type(kwargs).__name__}"
         )
-    if not all(isinstance(key, str) for key in kwargs):  # JSON would quietly stringify them
+    if kwargs and not all(
+        isinstance(key, str) for key in kwargs
+    ):  # JSON would quietly stringify them
         raise SerializationError(f"task {task!r}: {_find_bad((), kwargs)} is not JSON-serializable")
     try:
-        args_json = _encoder.encode(list(args))
+        args_json = _encoder.encode(args if type(args) is list else list(args))
         kwargs_json = _encoder.encode(dict(kwargs)) if kwargs else "{}"
     except (TypeError, ValueError):
         raise SerializationError(
             f"task {task!r}: {_find_bad(args, kwargs)} is not JSON-serializable"
         ) from None
-    size = len(args_json.encode()) + len(kwargs_json.encode())
+    # Characters never outnumber UTF-8 bytes: only near the limit is the exact count needed.
+    size = len(args_json) + len(kwargs_json)
+    if size * 4 > limit:
+        size = len(args_json.encode()) + len(kwargs_json.encode())
     if size > limit:
         raise SerializationError(
             f"task {task!r}: payload is {size} bytes, over the limit of {limit} bytes"

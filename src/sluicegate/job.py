@@ -186,6 +186,3 @@ class JobSpec:
     priority: int = 0
     max_attempts: int = 3
     unique_key: str | None = None
-    # The decoded values, when the producer has them, spare the broker a JSON decode.
-    args: list[Any] | None = field(default=None, compare=False, repr=False)
-    kwargs: dict[str, Any] | None = field(default=None, compare=False, repr=False)

@@ -14,8 +14,15 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9_.\-]{1,127}")
 NAME_RULE = "1-127 characters from A-Z a-z 0-9 _ . -"
 
 
+_seen: set[str] = set()  # names already checked: enqueue in bulk checks the same few
+
+
 def check_name(kind: str, name: object) -> str:
     """Return ``name`` if it is a valid queue/task/pool name, else raise ConfigError."""
+    if name in _seen:
+        return name
     if not isinstance(name, str) or NAME_PATTERN.fullmatch(name) is None:
         raise ConfigError(f"invalid {kind} name {name!r}: use {NAME_RULE}")
+    if len(_seen) < 10_000:
+        _seen.add(name)
     return name

@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from ..codec import loads
 from ..errors import BrokerUnavailable, ConfigError, InvalidTransition, JobNotFound
-from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState, initial_state
+from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState
 from ..outcomes import Failed, Outcome, Succeeded
 from .base import Broker, QueueStats, Recovery, Stats
 from .sqlfiles import load_migrations, load_queries
@@ -203,12 +203,13 @@ class SQLiteBroker(Broker):
         rows = []
         for spec in specs:
             run_at = spec.run_at if spec.run_at is not None else now + spec.delay
-            state = initial_state(run_at, now)
+            state = "ready" if run_at <= now else "scheduled"  # job.initial_state, inlined
             rows.append(
-                (spec.queue, spec.task, spec.args_json, spec.kwargs_json, state.value,
+                (spec.queue, spec.task, spec.args_json, spec.kwargs_json, state,
                  spec.priority, run_at, spec.max_attempts, spec.unique_key, now)
             )  # fmt: skip
-        jobs: list[Job | None] = [None] * len(specs)
+        ids: list[int] = [0] * len(specs)
+        existing: dict[int, Job] = {}
         with self._write() as conn:
             # Rows go in in batch order (ids are the claim order's last tie-break); each run
             # of specs without a unique key is one executemany.
@@ -218,35 +219,41 @@ class SQLiteBroker(Broker):
                 if plain_run:
                     conn.executemany(Q["insert_job"], [rows[i] for i in indexes])
                     # One writer holds the lock, so AUTOINCREMENT ids of this run are consecutive.
-                    last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+                    first = (
+                        conn.execute("SELECT last_insert_rowid()").fetchone()[0] - len(indexes) + 1
+                    )
                     for offset, i in enumerate(indexes):
-                        job_id = JobId(last - len(indexes) + 1 + offset)
-                        jobs[i] = self._job_from_row(job_id, rows[i], specs[i])
+                        ids[i] = first + offset
                     continue
                 for i in indexes:
                     cur = conn.execute(Q["insert_unique_job"], rows[i])
                     if cur.rowcount == 1:
-                        job_id = JobId(cur.lastrowid or 0)
-                        jobs[i] = self._job_from_row(job_id, rows[i], specs[i])
+                        ids[i] = cur.lastrowid or 0
                     else:
                         found = conn.execute(
                             Q["unfinished_by_unique_key"], {"key": specs[i].unique_key}
                         ).fetchone()
-                        jobs[i] = _row_to_job(found)
+                        existing[i] = _row_to_job(found)
         self._subscribers.notify_local()
-        return [j for j in jobs if j is not None]
-
-    @staticmethod
-    def _job_from_row(job_id: JobId, row: tuple[Any, ...], spec: JobSpec) -> Job:
-        queue, task, args, kwargs, state, priority, run_at, max_attempts, key, now = row
-        return Job(
-            id=job_id, task=task, queue=queue, state=JobState(state),
-            # Decode what was stored rather than reuse spec.args/kwargs: the caller's objects
-            # (tuples, later-mutated lists) are not what get_job or a worker will see.
-            args=loads(args), kwargs=loads(kwargs), priority=priority,
-            max_attempts=max_attempts, run_at=run_at,
-            enqueued_at=now, unique_key=key,
-        )  # fmt: skip
+        # Built after commit, outside the write lock. Decoded from what was stored, so the
+        # caller's own objects (tuples, lists mutated later) never leak into the result.
+        ready, scheduled = JobState.READY, JobState.SCHEDULED
+        jobs = []
+        for i, (queue, task, args, kwargs, state, priority, run_at, attempts, key, _) in enumerate(
+            rows
+        ):
+            if i in existing:
+                jobs.append(existing[i])
+                continue
+            jobs.append(
+                Job(
+                    id=JobId(ids[i]), task=task, queue=queue,
+                    state=ready if state == "ready" else scheduled, args=loads(args),
+                    kwargs=loads(kwargs), priority=priority, max_attempts=attempts,
+                    run_at=run_at, enqueued_at=now, unique_key=key,
+                )
+            )  # fmt: skip
+        return jobs
 
     # ---- hot path -------------------------------------------------------
     def _claim_statement(self, count: int) -> str:
