@@ -19,9 +19,11 @@ _seen: set[str] = set()  # names already checked: enqueue in bulk checks the sam
 
 def check_name(kind: str, name: object) -> str:
     """Return ``name`` if it is a valid queue/task/pool name, else raise ConfigError."""
+    if not isinstance(name, str):
+        raise ConfigError(f"invalid {kind} name {name!r}: use {NAME_RULE}")
     if name in _seen:
         return name
-    if not isinstance(name, str) or NAME_PATTERN.fullmatch(name) is None:
+    if NAME_PATTERN.fullmatch(name) is None:
         raise ConfigError(f"invalid {kind} name {name!r}: use {NAME_RULE}")
     if len(_seen) < 10_000:
         _seen.add(name)
