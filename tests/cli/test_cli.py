@@ -30,7 +30,9 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    workdir: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     full_env.pop("SLUICEGATE_BROKER", None) if env is None else None
     return subprocess.run(
@@ -156,7 +158,9 @@ def test_bad_input_is_one_line_exit_2(workdir: Path, args: list[str], message: s
 
 
 def test_payload_over_limit_stores_nothing(workdir: Path) -> None:
-    (workdir / "smallapp.py").write_text("from sluicegate import App\napp = App(payload_limit=64)\n")
+    (workdir / "smallapp.py").write_text(
+        "from sluicegate import App\napp = App(payload_limit=64)\n"
+    )
     big = json.dumps(["x" * 100])
     result = run(workdir, "enqueue", "t", "--args", big, "--app", "smallapp:app")
     assert result.returncode == 2

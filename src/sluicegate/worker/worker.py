@@ -102,7 +102,11 @@ class Worker:
         self._pending: list[Outcome] = []
         self._stop_requests = 0
         self._stop_deadline: float | None = None
-        self._broker_backoff = 0.0
+        self._backoff_delay = 0.0
+        self._backoff_until = 0.0
+        self._next_poll = 0.0
+        self._next_recover = 0.0
+        self._next_due: float | None = None
         self._running = False
         self._wake_gen = 0
 
@@ -132,9 +136,8 @@ class Worker:
             self._executors[pool.spec.name] = executor
         unsubscribe = self.broker.subscribe(self._on_wakeup)
         self._running = True
-        next_recover = time.monotonic()
-        next_poll = time.monotonic() + self.poll_interval
-        next_due: float | None = None
+        self._next_recover = time.monotonic()
+        self._next_poll = time.monotonic() + self.poll_interval
         log.info("worker %s started: %s", self.worker_id, self._describe())
         try:
             while True:
@@ -142,32 +145,20 @@ class Worker:
                 self._collect(now)
                 if self._stop_requests and self._shutdown_step(now):
                     break
-                self._flush()
-                if not self._stop_requests and self._broker_backoff <= now:
-                    if now >= next_poll:
-                        next_poll = now + self.poll_interval * random.uniform(0.8, 1.2)
-                        self._mark_all_maybe_more()
-                    if next_due is not None and now >= next_due:
-                        next_due = None
-                        self._mark_all_maybe_more()
-                    due = self._claim_for_pools()
-                    if due is not None:
-                        next_due = now + due
+                if self._backoff_until <= now:
+                    self._flush()
+                if self._backoff_until <= now and not self._stop_requests:
+                    self._claim_turn(now)
                     if self.burst and self._idle_and_drained():
-                        break
-                self._guarded(self._heartbeat, now)
-                if now >= next_recover:
-                    next_recover = now + self.recover_interval * random.uniform(0.8, 1.2)
-                    self._guarded(self._recover)
-                timeout = min(
-                    next_poll - now,
-                    next_recover - now,
-                    self.leases.due_in(now),
-                    self._nearest_deadline(now),
-                    (next_due - now) if next_due is not None else 3600.0,
-                )
-                if not self._done and not self._started:
-                    self._wake.wait(max(timeout, 0.0))
+                        self._guarded(self._recover)  # expired leases count as work to drain
+                        if self._idle_and_drained():
+                            break
+                if self._backoff_until <= now:
+                    self._maintain(now)
+                if self._done or self._started:
+                    self._wake.clear()
+                    continue
+                self._wake.wait(self._wait_timeout(now))
                 self._wake.clear()
         finally:
             self._running = False
@@ -175,6 +166,38 @@ class Worker:
             for executor in self._executors.values():
                 executor.stop()
             log.info("worker %s stopped", self.worker_id)
+
+    def _claim_turn(self, now: float) -> None:
+        if now >= self._next_poll:  # the fallback poll, in case a wake-up was missed
+            self._next_poll = now + self.poll_interval * random.uniform(0.8, 1.2)
+            self._mark_all_maybe_more()
+        if self._next_due is not None and now >= self._next_due:
+            self._next_due = None
+            self._mark_all_maybe_more()
+        due = self._claim_for_pools()
+        if due is not None:
+            self._next_due = now + due
+
+    def _maintain(self, now: float) -> None:
+        """Heartbeat when due; recover expired leases (anyone's) when due."""
+        self._guarded(self._heartbeat, now)
+        if self._backoff_until <= now and now >= self._next_recover:
+            self._next_recover = now + self.recover_interval * random.uniform(0.8, 1.2)
+            self._guarded(self._recover)
+
+    def _wait_timeout(self, now: float) -> float:
+        """Sleep until the nearest timer that can act now (never a timer already past)."""
+        if self._backoff_until > now:
+            return self._backoff_until - now
+        timers = [self._next_recover - now, self.leases.due_in(now), self._nearest_deadline(now)]
+        if self._stop_requests:
+            if self._stop_deadline is not None:
+                timers.append(self._stop_deadline - now)
+        else:
+            timers.append(self._next_poll - now)
+            if self._next_due is not None:
+                timers.append(self._next_due - now)
+        return max(min(timers), 0.001)
 
     def _describe(self) -> str:
         return ", ".join(
@@ -241,7 +264,7 @@ class Worker:
             self._started.extendleft(reversed(started))
             self._broker_trouble(exc)
             return
-        self._broker_backoff = 0.0
+        self._broker_ok()
         self.leases.drop(o.claim for o in outcomes)
         lost_set = set(lost)
         for outcome in outcomes:
@@ -294,7 +317,7 @@ class Worker:
             except Exception as exc:
                 self._broker_trouble(exc)
                 return None
-            self._broker_backoff = 0.0
+            self._broker_ok()
             for job in claimed:
                 self._dispatch(pool, job)
         return next_due
@@ -343,10 +366,16 @@ class Worker:
             self._broker_trouble(exc)
 
     def _broker_trouble(self, exc: Exception) -> None:
-        delay = min(max(self._broker_backoff and 2 * self._broker_backoff, 0.05), 5.0)
-        if self._broker_backoff == 0.0:
+        """Back off with capped, jittered, doubling delays; log once per outage."""
+        if self._backoff_delay == 0.0:
             log.error("broker error (will retry): %s", exc)
-        self._broker_backoff = time.monotonic() + delay * random.uniform(0.5, 1.0)
+        self._backoff_delay = min(max(self._backoff_delay * 2, 0.05), 5.0)
+        self._backoff_until = time.monotonic() + self._backoff_delay * random.uniform(0.5, 1.0)
+
+    def _broker_ok(self) -> None:
+        if self._backoff_delay:
+            log.info("broker reachable again")
+        self._backoff_delay = 0.0
 
     def _nearest_deadline(self, now: float) -> float:
         deadlines = [f.deadline for f in self._inflight.values() if f.deadline and not f.abandoned]

@@ -1,0 +1,171 @@
+"""Helpers shared by tests/worker and tests/chaos: polling, broker counts, worker processes.
+
+Tests wait on conditions with ``wait_for`` (generous timeouts, short polls), never on
+fixed sleeps where a condition can be waited on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sluicegate import App, Job
+from sluicegate.brokers import Broker
+from sluicegate.task import Task
+
+APPS_DIR = Path(__file__).resolve().parent
+T = TypeVar("T")
+
+STATES = ("scheduled", "ready", "claimed", "running", "succeeded", "dead", "cancelled")
+
+
+def wait_for(
+    predicate: Callable[[], T],
+    timeout: float = 30.0,
+    interval: float = 0.02,
+    what: str | Callable[[], str] = "condition",
+) -> T:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            detail = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {detail}")
+        time.sleep(interval)
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path.resolve()}"
+
+
+def counts(broker: Broker, queue: str) -> dict[str, int]:
+    """Jobs of ``queue`` per state (zeros for an unknown queue)."""
+    data = broker.stats().to_dict()["queues"].get(queue, {})
+    return {state: int(data.get(state, 0)) for state in STATES}
+
+
+def states(app: App, jobs: Iterable[Job]) -> list[str]:
+    return [app.get_job(job.id).state.value for job in jobs]
+
+
+def all_in(app: App, jobs: Sequence[Job], state: str) -> bool:
+    return all(s == state for s in states(app, jobs))
+
+
+def enqueue(app: App, task: Task[Any, Any], *args: Any, **options: Any) -> Job:
+    """Enqueue ``task`` by name through a producer ``app`` that need not register it,
+    keeping the task's own queue and attempt budget."""
+    options.setdefault("queue", task.options.queue)
+    options.setdefault("max_attempts", task.options.max_attempts)
+    return app.enqueue(task.name, args=list(args), **options)
+
+
+def enqueue_batch(app: App, task: Task[Any, Any], calls: Iterable[Sequence[Any]]) -> list[Job]:
+    """Enqueue one job of ``task`` per argument list, in one transaction."""
+    specs = [
+        app.build_spec(
+            task.name, list(args), queue=task.options.queue, max_attempts=task.options.max_attempts
+        )
+        for args in calls
+    ]
+    return app.broker.enqueue(specs)
+
+
+def held_by(job: Job, pid: int) -> bool:
+    """Worker ids are HOST-PID-RANDOM; does this job's worker id name process ``pid``?"""
+    return job.worker_id is not None and f"-{pid}-" in job.worker_id
+
+
+def _sluicegate_command() -> list[str]:
+    script = Path(sys.executable).parent / "sluicegate"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "sluicegate.cli"]
+
+
+class WorkerProcess:
+    """One real ``sluicegate worker chaosapp:app`` process, its output kept in a log file."""
+
+    def __init__(
+        self,
+        url: str,
+        pools: Sequence[str],
+        log_path: Path,
+        *,
+        lease: float = 1.0,
+        shutdown_timeout: float = 10.0,
+        extra: Sequence[str] = (),
+    ) -> None:
+        command = [*_sluicegate_command(), "worker", "chaosapp:app", "--broker", url]
+        for pool in pools:
+            command += ["--pool", pool]
+        command += ["--lease", str(lease), "--shutdown-timeout", str(shutdown_timeout), *extra]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(APPS_DIR), env.get("PYTHONPATH", "")) if p
+        )
+        self.log_path = log_path
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=log_path.parent
+            )
+        self.pid = self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"worker {self.pid} still running after {timeout:g} s; log:\n{self.log()}"
+            ) from None
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL (after SIGCONT, in case it is stopped) and reap; safe to call twice."""
+        if self.proc.poll() is None:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    self.proc.send_signal(sig)
+                except ProcessLookupError:
+                    break
+        self.proc.wait(30)
+
+
+class Fleet:
+    """Starts worker processes for one test and reaps every one of them at the end."""
+
+    def __init__(self, url: str, folder: Path) -> None:
+        self.url = url
+        self.folder = folder
+        self.started: list[WorkerProcess] = []
+
+    def start(self, pools: Sequence[str], **options: Any) -> WorkerProcess:
+        log_path = self.folder / f"worker-{len(self.started)}.log"
+        worker = WorkerProcess(self.url, pools, log_path, **options)
+        self.started.append(worker)
+        return worker
+
+    def logs(self) -> str:
+        return "\n".join(f"--- worker {w.pid} ---\n{w.log()}" for w in self.started)
+
+    def close(self) -> None:
+        for worker in self.started:
+            worker.kill()
