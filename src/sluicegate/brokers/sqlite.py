@@ -56,7 +56,7 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
 def _row_to_job(row: sqlite3.Row) -> Job:
     error = row["last_error"]
     result = row["result"]
-    return Job(
+    return Job.from_fields(
         id=JobId(row["id"]),
         task=row["task"],
         queue=row["queue"],
@@ -246,7 +246,7 @@ class SQLiteBroker(Broker):
                 jobs.append(existing[i])
                 continue
             jobs.append(
-                Job(
+                Job.from_fields(
                     id=JobId(ids[i]), task=task, queue=queue,
                     state=ready if state == "ready" else scheduled, args=loads(args),
                     kwargs=loads(kwargs), priority=priority, max_attempts=attempts,
