@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .base import Broker, QueueStats, Recovery, Stats
+from .base import Broker, QueueStats, Recovery, Retention, Stats
 
-SCHEMES = ("memory", "sqlite")
+SCHEMES = ("memory", "sqlite", "postgresql")
 
 
 def broker_from_url(url: str) -> Broker:
@@ -24,9 +24,13 @@ def broker_from_url(url: str) -> Broker:
         from .sqlite import SQLiteBroker
 
         return SQLiteBroker(url)
+    if scheme in ("postgresql", "postgres"):
+        from .postgres import PostgresBroker
+
+        return PostgresBroker(url)
     raise ConfigError(
         f"unknown broker URL scheme {scheme!r} in {url!r}: use one of {', '.join(SCHEMES)}"
     )
 
 
-__all__ = ["Broker", "QueueStats", "Recovery", "Stats", "broker_from_url"]
+__all__ = ["Broker", "QueueStats", "Recovery", "Retention", "Stats", "broker_from_url"]

@@ -8,12 +8,13 @@ broker it has.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import LeaseLost
+from ..errors import ConfigError, LeaseLost
 from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState
 from ..outcomes import Failed, Outcome, Succeeded
 
@@ -45,6 +46,25 @@ class Recovery:
     dead: list[JobId] = field(default_factory=list)
 
 
+DAY = 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long finished jobs are kept, in seconds, before ``prune`` deletes them."""
+
+    succeeded: float = 7 * DAY
+    cancelled: float = 7 * DAY
+    dead: float = 30 * DAY
+
+    def by_state(self) -> dict[JobState, float]:
+        return {
+            JobState.SUCCEEDED: self.succeeded,
+            JobState.CANCELLED: self.cancelled,
+            JobState.DEAD: self.dead,
+        }
+
+
 WORKER_LOST = "WorkerLost"
 
 
@@ -59,13 +79,16 @@ class Broker(ABC):
     """Durable job storage. Implementations: memory, sqlite (and postgresql later)."""
 
     url: str
+    supports_transactions = False  # enqueue(connection=...) and transactional tasks
 
     # ---- producer side -------------------------------------------------
     @abstractmethod
-    def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
+    def enqueue(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
         """Store jobs durably before returning, in one transaction.
 
         A spec whose ``unique_key`` matches an unfinished job returns that job instead.
+        With ``connection`` (brokers that support transactions), the jobs are written in
+        the caller's open transaction: visible and claimable only once it commits.
         """
 
     # ---- hot path ------------------------------------------------------
@@ -114,6 +137,24 @@ class Broker(ABC):
     @abstractmethod
     def retry(self, job_id: int) -> Job:
         """Bring a dead or cancelled job back to ready with a fresh attempt budget."""
+
+    # ---- retention -----------------------------------------------------
+    @abstractmethod
+    def prune(self, retention: Retention, batch: int = 1000) -> int:
+        """Delete finished jobs older than their state's retention; returns how many."""
+
+    # ---- transactional completion -----------------------------------------
+    def transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """A storage connection in an open transaction (brokers with supports_transactions)."""
+        raise ConfigError(
+            f"{type(self).__name__} does not support transactional tasks; use postgresql://"
+        )
+
+    def ack_on(self, connection: Any, claim: Claim, result_json: str) -> None:
+        """Ack inside ``connection``'s transaction; LeaseLost (caller rolls back) if stale."""
+        raise ConfigError(
+            f"{type(self).__name__} does not support transactional tasks; use postgresql://"
+        )
 
     # ---- read side -----------------------------------------------------
     @abstractmethod

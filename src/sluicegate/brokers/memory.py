@@ -9,9 +9,10 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..codec import loads
-from ..errors import InvalidTransition, JobNotFound
+from ..errors import ConfigError, InvalidTransition, JobNotFound
 from ..job import (
     HELD,
     UNFINISHED,
@@ -27,7 +28,7 @@ from ..job import (
     initial_state,
 )
 from ..outcomes import Outcome, Succeeded
-from .base import Broker, QueueStats, Recovery, Stats, worker_lost_error
+from .base import Broker, QueueStats, Recovery, Retention, Stats, worker_lost_error
 from .wakeups import Subscribers
 
 
@@ -63,7 +64,9 @@ class MemoryBroker(Broker):
         return job
 
     # ---- producer side ----------------------------------------------------------
-    def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
+    def enqueue(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
+        if connection is not None:
+            raise ConfigError("enqueue(connection=...) needs the postgresql:// broker")
         out = []
         with self._lock:
             now = self._clock()
@@ -251,6 +254,21 @@ class MemoryBroker(Broker):
                                 finished_at=None, lease_expires_at=None, worker_id=None)  # fmt: skip
         self._subscribers.notify_local()
         return revived
+
+    # ---- retention -----------------------------------------------------------------
+    def prune(self, retention: Retention, batch: int = 1000) -> int:
+        with self._lock:
+            now = self._clock()
+            limits = retention.by_state()
+            doomed = [
+                j.id for j in self._jobs.values()
+                if j.state in limits and j.finished_at is not None
+                and j.finished_at < now - limits[j.state]
+            ]  # fmt: skip
+            for job_id in doomed:
+                del self._jobs[job_id]
+                self._tokens.pop(job_id, None)
+        return len(doomed)
 
     # ---- read side --------------------------------------------------------------
     def get_job(self, job_id: int) -> Job | None:

@@ -24,7 +24,7 @@ from ..codec import loads
 from ..errors import BrokerUnavailable, ConfigError, InvalidTransition, JobNotFound
 from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState
 from ..outcomes import Failed, Outcome, Succeeded
-from .base import Broker, QueueStats, Recovery, Stats
+from .base import Broker, QueueStats, Recovery, Retention, Stats
 from .sqlfiles import load_migrations, load_queries
 from .wakeups import Subscribers
 
@@ -196,7 +196,9 @@ class SQLiteBroker(Broker):
             self._reader.close()
 
     # ---- producer side --------------------------------------------------
-    def enqueue(self, specs: Sequence[JobSpec]) -> list[Job]:
+    def enqueue(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
+        if connection is not None:
+            raise ConfigError("enqueue(connection=...) needs the postgresql:// broker")
         if not specs:
             return []
         now = self._clock()
@@ -385,6 +387,23 @@ class SQLiteBroker(Broker):
             raise JobNotFound(f"job {job_id} not found")
         verb = "cancel" if query == "cancel" else "retry"
         raise InvalidTransition(f"cannot {verb} job {job_id}: it is {current['state']}")
+
+    # ---- retention ------------------------------------------------------------
+    def prune(self, retention: Retention, batch: int = 1000) -> int:
+        deleted = 0
+        for state, older_than in retention.by_state().items():
+            while True:
+                with self._write() as conn:
+                    params = {
+                        "state": state.value,
+                        "cutoff": self._clock() - older_than,
+                        "batch": batch,
+                    }
+                    count = conn.execute(Q["prune"], params).rowcount
+                deleted += count
+                if count < batch:
+                    break
+        return deleted
 
     # ---- read side ----------------------------------------------------------
     def get_job(self, job_id: int) -> Job | None:

@@ -144,3 +144,12 @@ FROM jobs GROUP BY queue, shown;
 SELECT queue, min(run_at) FROM jobs
 WHERE state = 'ready' OR (state = 'scheduled' AND run_at <= :now)
 GROUP BY queue;
+
+-- name: prune
+-- Small batches keep the write lock short; the caller repeats until nothing is left.
+DELETE FROM jobs
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE state = :state AND finished_at < :cutoff
+    LIMIT :batch
+);

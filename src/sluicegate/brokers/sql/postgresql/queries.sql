@@ -1,0 +1,208 @@
+-- Named SQL blocks for the PostgreSQL broker. A block starts with "-- name: NAME".
+-- {schema} is the validated schema; {held}, {unfinished}, ... are state lists taken from
+-- sluicegate.job's transition table. {now} is the database clock, coalesce(%(now)s, now()):
+-- tests may pass a time in, production passes NULL so leases never depend on a worker's clock.
+
+-- name: insert_job
+INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
+                           unique_key, enqueued_at)
+SELECT v.queue, v.task, v.args, v.kwargs,
+       CASE WHEN v.run_at <= {now} THEN 'ready' ELSE 'scheduled' END,
+       v.priority, v.run_at, v.max_attempts, NULL, {now}
+FROM unnest(%(queue)s::text[], %(task)s::text[], %(args)s::text[], %(kwargs)s::text[],
+            %(priority)s::int[], %(max_attempts)s::int[], %(delay)s::float8[],
+            %(run_at)s::float8[])
+     WITH ORDINALITY AS i(queue, task, args, kwargs, priority, max_attempts, delay, at, n)
+     CROSS JOIN LATERAL (
+        SELECT i.*, coalesce(to_timestamp(i.at), {now} + make_interval(secs => i.delay)) AS run_at
+     ) AS v
+ORDER BY v.n
+RETURNING {job_columns};
+
+-- name: insert_unique_job
+-- The conflict target is the partial unique index over unfinished jobs.
+INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
+                           unique_key, enqueued_at)
+SELECT %(queue)s, %(task)s, %(args)s, %(kwargs)s,
+       CASE WHEN r.run_at <= {now} THEN 'ready' ELSE 'scheduled' END,
+       %(priority)s, r.run_at, %(max_attempts)s, %(unique_key)s, {now}
+FROM (SELECT coalesce(to_timestamp(%(run_at)s::float8), {now} + make_interval(secs => %(delay)s))
+      AS run_at) AS r
+ON CONFLICT (unique_key)
+    WHERE unique_key IS NOT NULL AND state IN ('scheduled', 'ready', 'claimed', 'running')
+DO NOTHING
+RETURNING {job_columns};
+
+-- name: unfinished_by_unique_key
+SELECT {job_columns} FROM {schema}.jobs
+WHERE unique_key = %(unique_key)s AND state IN ({unfinished});
+
+-- name: notify
+-- Wake-ups carry only a queue name, never job data.
+SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q;
+
+-- name: promote_due
+-- SKIP LOCKED: concurrent claimers promote disjoint rows instead of waiting on each other.
+UPDATE {schema}.jobs SET state = 'ready'
+WHERE id IN (
+    SELECT id FROM {schema}.jobs
+    WHERE state = 'scheduled' AND run_at <= {now}
+    ORDER BY run_at
+    LIMIT 1000
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: claim
+-- One statement. For each wanted queue, an index range of jobs_ready in claim order, at most
+-- %(n)s rows, skipping rows other claimers hold (SKIP LOCKED): so no job is claimed twice,
+-- claimers never wait on each other, and the cost does not depend on the backlog.
+-- Fencing: every claimed row gets this claim's token and charges an attempt.
+WITH candidates AS (
+    SELECT c.id, c.priority, c.run_at
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM {schema}.jobs
+        WHERE state = 'ready' AND queue = q.name
+        ORDER BY priority, run_at, id
+        LIMIT %(n)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.priority, c.run_at, c.id
+    LIMIT %(n)s
+)
+UPDATE {schema}.jobs AS j
+SET state = 'claimed', attempts = j.attempts + 1, lease_token = %(token)s,
+    lease_expires_at = {now} + make_interval(secs => %(lease)s), worker_id = %(worker)s
+FROM candidates
+WHERE j.id = candidates.id
+RETURNING {job_columns_j};
+
+-- name: probe_work
+SELECT EXISTS (SELECT 1 FROM {schema}.jobs WHERE state = 'ready' AND queue = ANY(%(queues)s))
+    OR EXISTS (SELECT 1 FROM {schema}.jobs
+               WHERE state = 'scheduled' AND run_at <= {now} AND queue = ANY(%(queues)s));
+
+-- name: next_scheduled
+SELECT extract(epoch FROM min(run_at) - {now})::float8 FROM {schema}.jobs
+WHERE state = 'scheduled' AND queue = ANY(%(queues)s);
+
+-- name: start
+UPDATE {schema}.jobs AS j SET state = 'running', started_at = {now}
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
+WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({start_from})
+RETURNING j.id;
+
+-- name: ack
+UPDATE {schema}.jobs AS j
+SET state = 'succeeded', result = c.result, finished_at = {now},
+    started_at = CASE WHEN j.state = 'running' THEN j.started_at ELSE {now} END,
+    lease_expires_at = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[]) AS c(id, token, result)
+WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
+RETURNING j.id;
+
+-- name: fail_retry
+UPDATE {schema}.jobs AS j
+SET state = 'scheduled', run_at = {now} + make_interval(secs => c.retry_in),
+    last_error = c.error, lease_expires_at = NULL,
+    started_at = CASE WHEN j.state = 'running' THEN j.started_at ELSE {now} END
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[], %(retry_in)s::float8[])
+     AS c(id, token, error, retry_in)
+WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
+RETURNING j.id;
+
+-- name: fail_dead
+UPDATE {schema}.jobs AS j
+SET state = 'dead', last_error = c.error, finished_at = {now}, lease_expires_at = NULL,
+    started_at = CASE WHEN j.state = 'running' THEN j.started_at ELSE {now} END
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[]) AS c(id, token, error)
+WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
+RETURNING j.id;
+
+-- name: already_settled
+-- After a commit whose fate was unknown, a retried outcome may find its own earlier write:
+-- same token, no longer held. Those are done, not lost.
+SELECT j.id FROM {schema}.jobs AS j
+JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
+  ON j.id = c.id AND j.lease_token = c.token
+WHERE j.state IN ('succeeded', 'dead', 'scheduled');
+
+-- name: heartbeat
+UPDATE {schema}.jobs AS j SET lease_expires_at = {now} + make_interval(secs => %(lease)s)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
+WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
+RETURNING j.id;
+
+-- name: release
+-- Shutdown hands the job back: the attempt charged at claim is refunded.
+UPDATE {schema}.jobs AS j
+SET state = 'ready', attempts = greatest(j.attempts - 1, 0), lease_expires_at = NULL,
+    worker_id = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
+WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
+RETURNING j.id, j.queue;
+
+-- name: recover_expired
+-- Expired leases: back to ready (the attempt stays charged) or dead when attempts are
+-- exhausted. SKIP LOCKED lets many workers run this at once without double counting.
+WITH expired AS (
+    SELECT id FROM {schema}.jobs
+    WHERE state IN ({held}) AND lease_expires_at < {now}
+    ORDER BY lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN {now} ELSE NULL END,
+    lease_expires_at = NULL,
+    worker_id = CASE WHEN j.attempts >= j.max_attempts THEN j.worker_id ELSE NULL END,
+    last_error = json_build_object('type', 'WorkerLost', 'traceback', '',
+        'message', 'worker lost: lease of worker ' || coalesce(j.worker_id, '?')
+                   || ' expired without a heartbeat')::text
+FROM expired
+WHERE j.id = expired.id
+RETURNING j.id, j.state, j.queue;
+
+-- name: cancel
+UPDATE {schema}.jobs SET state = 'cancelled', finished_at = {now}, lease_expires_at = NULL
+WHERE id = %(id)s AND state IN ({cancel_from})
+RETURNING {job_columns};
+
+-- name: revive
+UPDATE {schema}.jobs
+SET state = 'ready', attempts = 0, run_at = {now}, finished_at = NULL,
+    lease_expires_at = NULL, worker_id = NULL
+WHERE id = %(id)s AND state IN ({revive_from})
+RETURNING {job_columns};
+
+-- name: get_job
+SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: list_jobs
+SELECT {job_columns} FROM {schema}.jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: count_by_queue_state
+SELECT queue,
+       CASE WHEN state = 'scheduled' AND run_at <= {now} THEN 'ready' ELSE state END AS shown,
+       count(*)
+FROM {schema}.jobs GROUP BY 1, 2;
+
+-- name: oldest_ready
+SELECT queue, extract(epoch FROM {now} - min(run_at))::float8 FROM {schema}.jobs
+WHERE state = 'ready' OR (state = 'scheduled' AND run_at <= {now})
+GROUP BY queue;
+
+-- name: prune
+-- Small batches keep locks short; the caller repeats until nothing is left.
+DELETE FROM {schema}.jobs
+WHERE id IN (
+    SELECT id FROM {schema}.jobs
+    WHERE state = %(state)s AND finished_at < {now} - make_interval(secs => %(older_than)s)
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+);

@@ -1,0 +1,103 @@
+"""Find a PostgreSQL server for the tests, or start a throwaway one, or say why not.
+
+Order: ``SLUICEGATE_TEST_POSTGRES`` (a DSN) when set; else a throwaway cluster made with
+initdb/pg_ctl found on PATH or under /usr/lib/postgresql/*/bin; else None with a reason.
+With ``SLUICEGATE_REQUIRE_POSTGRES=1`` (CI), having no server is an error, not a skip.
+Each test gets its own schema (``fresh_url``), dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import atexit
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from functools import cache
+
+ENV_DSN = "SLUICEGATE_TEST_POSTGRES"
+ENV_REQUIRE = "SLUICEGATE_REQUIRE_POSTGRES"
+
+
+def required() -> bool:
+    return os.environ.get(ENV_REQUIRE, "") not in ("", "0", "false", "no")
+
+
+def _find_binaries() -> str | None:
+    initdb = shutil.which("initdb")
+    if initdb:
+        return os.path.dirname(initdb)
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True)
+    return os.path.dirname(found[0]) if found else None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_throwaway(bindir: str) -> str:
+    root = tempfile.mkdtemp(prefix="sluicegate-pg-")
+    data = os.path.join(root, "data")
+    port = _free_port()
+    run_as: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses to run as root: use the postgres account
+        run_as = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(root, "postgres")
+    subprocess.run([*run_as, f"{bindir}/initdb", "-D", data, "-U", "postgres", "-A", "trust"],
+                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [*run_as, f"{bindir}/pg_ctl", "-D", data, "-w", "-l", os.path.join(root, "log"), "-o",
+         f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+    def stop() -> None:
+        subprocess.run([*run_as, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"],
+                       capture_output=True)  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+    atexit.register(stop)
+    return f"postgresql://postgres@127.0.0.1:{port}/postgres"
+
+
+@cache
+def server() -> tuple[str | None, str]:
+    """(DSN, how it was found) or (None, why there is none)."""
+    dsn = os.environ.get(ENV_DSN)
+    if dsn:
+        return dsn, f"{ENV_DSN}"
+    bindir = _find_binaries()
+    if bindir is None:
+        return None, f"no PostgreSQL: set {ENV_DSN} or put initdb/pg_ctl on PATH"
+    try:
+        return _start_throwaway(bindir), f"throwaway cluster from {bindir}"
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        return (
+            None,
+            f"could not start a throwaway cluster from {bindir}: {exc} {detail.decode()[:200]}",
+        )
+
+
+def fresh_url(extra: str = "") -> tuple[str, str]:
+    """A broker URL on its own new schema, and the schema's name (drop it with drop_schema)."""
+    dsn, why = server()
+    if dsn is None:
+        raise RuntimeError(why)
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    sep = "&" if "?" in dsn else "?"
+    return f"{dsn}{sep}schema={schema}{extra}", schema
+
+
+def drop_schema(schema: str) -> None:
+    import psycopg
+
+    dsn, _ = server()
+    assert dsn is not None
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
