@@ -96,20 +96,26 @@ class App:
         self, fn: None = None, /, *, name: str | None = None, queue: str = "default",
         max_attempts: int = 3, timeout: float | None = None, priority: int = 0,
         retry_on: Sequence[type[BaseException]] = (), backoff_base: float = 1.0,
-        backoff_max: float = 3600.0,
+        backoff_max: float = 3600.0, transactional: bool = False,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...  # fmt: skip
 
     def task(
         self, fn: Callable[P, R] | None = None, /, *, name: str | None = None,
         queue: str = "default", max_attempts: int = 3, timeout: float | None = None,
         priority: int = 0, retry_on: Sequence[type[BaseException]] = (),
-        backoff_base: float = 1.0, backoff_max: float = 3600.0,
+        backoff_base: float = 1.0, backoff_max: float = 3600.0, transactional: bool = False,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:  # fmt: skip
-        """Register a task: ``@app.task`` or ``@app.task(queue="email", max_attempts=5)``."""
+        """Register a task: ``@app.task`` or ``@app.task(queue="email", max_attempts=5)``.
+
+        ``transactional=True`` (postgresql broker): the task is called with a
+        ``connection=`` keyword argument, a psycopg connection in an open transaction;
+        its writes and the job's ack commit together, and a raise rolls both back.
+        """
         options = TaskOptions(
             queue=queue, max_attempts=max_attempts, timeout=timeout, priority=priority,
             retry=RetryPolicy(max_attempts=max_attempts, backoff_base=backoff_base,
                               backoff_max=backoff_max, retry_on=tuple(retry_on)),
+            transactional=transactional,
         )  # fmt: skip
 
         def register(f: Callable[P, R]) -> Task[P, R]:
@@ -158,21 +164,25 @@ class App:
         self, name: str, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
         *, queue: str | None = None, delay: float | dt.timedelta | None = None,
         run_at: float | dt.datetime | None = None, priority: int | None = None,
-        unique_key: str | None = None, max_attempts: int | None = None,
+        unique_key: str | None = None, max_attempts: int | None = None, connection: Any = None,
     ) -> Job:  # fmt: skip
-        """Enqueue a job by task name (the task need not be registered here). Durable on return."""
+        """Enqueue a job by task name (the task need not be registered here). Durable on return.
+
+        ``connection`` (postgresql broker): a psycopg connection with an open transaction;
+        the job is written in it, so it exists only if, and once, the caller commits.
+        """
         spec = self.build_spec(
             name, args, kwargs, queue=queue, delay=delay, run_at=run_at, priority=priority,
             unique_key=unique_key, max_attempts=max_attempts,
         )  # fmt: skip
-        return self.broker.enqueue([spec])[0]
+        return self.broker.enqueue([spec], connection=connection)[0]
 
     def enqueue_many(
-        self, calls: Iterable[tuple[str, Sequence[Any], Mapping[str, Any]]]
+        self, calls: Iterable[tuple[str, Sequence[Any], Mapping[str, Any]]], connection: Any = None
     ) -> list[Job]:
         """Enqueue ``(task_name, args, kwargs)`` triples in one transaction; all or nothing."""
         specs = [self.build_spec(name, args, kwargs) for name, args, kwargs in calls]
-        return self.broker.enqueue(specs)
+        return self.broker.enqueue(specs, connection=connection)
 
     # ---- reading -------------------------------------------------------------------
     def get_job(self, job_id: int) -> Job:

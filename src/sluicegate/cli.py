@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .app import BROKER_ENV, App, default_broker_url
+from .brokers.base import DAY, Retention
 from .errors import ConfigError, InvalidTransition, JobNotFound, SerializationError, SluicegateError
 from .job import Job, JobState
 from .worker import Worker, parse_pool_spec
@@ -115,6 +116,20 @@ def main(broker_url: str | None) -> None:
     """
 
 
+def retention_options(fn: F) -> F:
+    """--keep-*-days options shared by `worker` and `prune`."""
+    for state, days in (("cancelled", 7.0), ("dead", 30.0), ("succeeded", 7.0)):
+        fn = click.option(
+            f"--keep-{state}-days", type=click.FloatRange(min=0), default=days, show_default=True,
+            help=f"Delete {state} jobs this many days after they finished.",
+        )(fn)  # fmt: skip
+    return fn
+
+
+def make_retention(succeeded: float, dead: float, cancelled: float) -> Retention:
+    return Retention(succeeded=succeeded * DAY, dead=dead * DAY, cancelled=cancelled * DAY)
+
+
 @main.command()
 @click.argument("app_target", metavar="MODULE:APP")
 @click.option(
@@ -128,13 +143,16 @@ def main(broker_url: str | None) -> None:
 @click.option("--shutdown-timeout", type=float, default=30.0, show_default=True,
               help="On SIGTERM/SIGINT, seconds to let running jobs finish before releasing them.")  # fmt: skip
 @click.option("--burst", is_flag=True, help="Exit once the pools' queues have no ready work left.")
+@click.option("--no-prune", is_flag=True, help="Never delete finished jobs from this worker.")
+@retention_options
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))  # fmt: skip
 @broker_option
 @friendly_errors
 def worker(
     app_target: str, pool_specs: tuple[str, ...], lease: float, shutdown_timeout: float,
-    burst: bool, log_level: str, broker_url: str | None,
+    burst: bool, no_prune: bool, keep_succeeded_days: float, keep_dead_days: float,
+    keep_cancelled_days: float, log_level: str, broker_url: str | None,
 ) -> None:  # fmt: skip
     """Run a worker for MODULE:APP with one or more bounded pools.
 
@@ -144,7 +162,8 @@ def worker(
 
     SIGTERM or SIGINT stops claiming at once, lets running jobs finish within
     --shutdown-timeout, releases the rest without charging an attempt, and exits 0.
-    A second signal releases at once.
+    A second signal releases at once. Finished jobs past their retention are pruned
+    in the background (one worker at a time on PostgreSQL) unless --no-prune.
     """
     pools = [parse_pool_spec(spec) for spec in pool_specs] or None
     if lease <= 0:
@@ -156,7 +175,14 @@ def worker(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )  # fmt: skip
     app = open_app(broker_url, app_target)
-    runner = Worker(app, pools, lease=lease, shutdown_timeout=shutdown_timeout, burst=burst)
+    retention = (
+        None
+        if no_prune
+        else make_retention(keep_succeeded_days, keep_dead_days, keep_cancelled_days)
+    )
+    runner = Worker(
+        app, pools, lease=lease, shutdown_timeout=shutdown_timeout, burst=burst, retention=retention
+    )
     runner.install_signal_handlers()
     runner.run()
 
@@ -289,6 +315,38 @@ def stats(as_json: bool, broker_url: str | None) -> None:
     for name, row in data["queues"].items():
         table.add_row(name, *(str(row[s]) for s in states), f"{row['oldest_ready_age_s']:.1f}")
     Console().print(table)
+
+
+@main.command()
+@retention_options
+@broker_option
+@friendly_errors
+def prune(
+    keep_succeeded_days: float, keep_dead_days: float, keep_cancelled_days: float,
+    broker_url: str | None,
+) -> None:  # fmt: skip
+    """Delete finished jobs older than their retention, in small batches; prints the count."""
+    retention = make_retention(keep_succeeded_days, keep_dead_days, keep_cancelled_days)
+    deleted = open_app(broker_url).broker.prune(retention)
+    click.echo(f"pruned {deleted} job(s)")
+
+
+@main.command()
+@broker_option
+@friendly_errors
+def migrate(broker_url: str | None) -> None:
+    """Create or upgrade the broker's schema (numbered migrations; safe to run twice).
+
+    For PostgreSQL deploys whose app role may not run DDL: run this with a role that
+    owns the schema, and give workers and producers URLs with ?migrate=false.
+    """
+    broker = open_app(broker_url).broker
+    applied = broker.migrate() or getattr(broker, "migrations_applied", [])
+    click.echo(
+        f"applied migration(s): {', '.join(map(str, applied))}"
+        if applied
+        else "schema is up to date"
+    )
 
 
 @main.command()

@@ -22,4 +22,14 @@ class Failed:
     retry_in: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """Already written by the task's own transaction (transactional tasks), or refused there
+    because the lease was lost (``lease_lost``): the worker records nothing more."""
+
+    claim: Claim
+    lease_lost: bool = False
+
+
 Outcome = Succeeded | Failed
+Report = Succeeded | Failed | Settled  # what an executor hands back to the worker

@@ -45,6 +45,7 @@ class TaskOptions:
     timeout: float | None = None
     priority: int = 0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    transactional: bool = False  # gets connection=; its writes commit with the ack
 
     def __post_init__(self) -> None:
         check_name("queue", self.queue)
@@ -66,6 +67,7 @@ class EnqueueOptions:
     priority: int | None = None
     unique_key: str | None = None
     max_attempts: int | None = None
+    connection: Any = None  # enqueue in this open transaction (postgresql broker)
 
 
 class Task(Generic[P, R]):
@@ -97,9 +99,9 @@ class Task(Generic[P, R]):
         except TypeError as exc:
             raise ConfigError(f"task {self.name!r}: {exc}") from None
 
-    def enqueue_many(self, calls: Iterable[Sequence[Any]]) -> list[Job]:
+    def enqueue_many(self, calls: Iterable[Sequence[Any]], connection: Any = None) -> list[Job]:
         """Enqueue one job per argument list, all in one transaction (bulk enqueue)."""
-        return self.app.enqueue_many((self.name, list(args), {}) for args in calls)
+        return self.app.enqueue_many(((self.name, list(args), {}) for args in calls), connection)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +114,7 @@ class BoundTask(Generic[P, R]):
         return self.task.app.enqueue(
             self.task.name, args=list(args), kwargs=dict(kwargs), queue=o.queue, delay=o.delay,
             run_at=o.run_at, priority=o.priority, unique_key=o.unique_key,
-            max_attempts=o.max_attempts,
+            max_attempts=o.max_attempts, connection=o.connection,
         )  # fmt: skip
 
     def with_options(self, **options: Any) -> BoundTask[P, R]:

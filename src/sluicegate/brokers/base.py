@@ -79,6 +79,7 @@ class Broker(ABC):
     """Durable job storage. Implementations: memory, sqlite (and postgresql later)."""
 
     url: str
+    migrations_applied: list[int]  # versions this handle applied (at open or by migrate())
     supports_transactions = False  # enqueue(connection=...) and transactional tasks
 
     # ---- producer side -------------------------------------------------
@@ -137,6 +138,11 @@ class Broker(ABC):
     @abstractmethod
     def retry(self, job_id: int) -> Job:
         """Bring a dead or cancelled job back to ready with a fresh attempt budget."""
+
+    def migrate(self) -> list[int]:
+        """Create or upgrade the storage schema; returns the migration versions applied."""
+        self.migrations_applied = getattr(self, "migrations_applied", [])
+        return []
 
     # ---- retention -----------------------------------------------------
     @abstractmethod

@@ -121,7 +121,8 @@ class SQLiteBroker(Broker):
         self._write_lock = threading.Lock()
         self._read_lock = threading.Lock()
         self._writer = self._connect()
-        self._migrate()
+        self.migrations_applied: list[int] = []
+        self.migrate()
         self._reader = self._connect()
         self._claim_sql: dict[int, str] = {}
         self._subscribers = Subscribers(self._watch_loop)
@@ -169,7 +170,9 @@ class SQLiteBroker(Broker):
         with self._read_lock:
             yield self._reader
 
-    def _migrate(self) -> None:
+    def migrate(self) -> list[int]:
+        """Apply pending numbered migrations in one write transaction; returns those applied."""
+        applied = []
         with self._write() as conn:
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_version "
@@ -187,6 +190,9 @@ class SQLiteBroker(Broker):
                     "INSERT INTO schema_version VALUES (?, ?, ?)",
                     (migration.version, migration.name, time.time()),
                 )
+                applied.append(migration.version)
+        self.migrations_applied.extend(applied)
+        return applied
 
     def close(self) -> None:
         self._subscribers.stop()

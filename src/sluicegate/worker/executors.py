@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..job import ClaimedJob
-from ..outcomes import Outcome
+from ..outcomes import Report
 
-Work = Callable[[], Outcome]
+Work = Callable[[], Report]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,7 @@ class WorkItem:
 
 
 StartCallback = Callable[[WorkItem], None]
-DoneCallback = Callable[[WorkItem, Outcome], None]
+DoneCallback = Callable[[WorkItem, Report], None]
 
 
 class Executor(Protocol):

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..brokers import Broker
 from ..codec import encode_result
 from ..context import reset_current, set_current
+from ..errors import LeaseLost
 from ..job import ClaimedJob
-from ..outcomes import Failed, Outcome, Succeeded
+from ..outcomes import Failed, Outcome, Report, Settled, Succeeded
 from ..retry import RetryPolicy, decide, error_info, plain_error
 
 
@@ -21,6 +23,31 @@ def run_job(fn: Any, policy: RetryPolicy, claimed: ClaimedJob, result_limit: int
         value = fn(*job.args, **job.kwargs)
         return Succeeded(claimed.claim, encode_result(value, result_limit))
     except BaseException as exc:  # a task's SystemExit must not kill the slot's thread
+        retry_in = decide(policy, job.attempts, job.max_attempts, exc)
+        return Failed(claimed.claim, error_info(exc), retry_in)
+    finally:
+        reset_current(token)
+
+
+def run_transactional(
+    fn: Any, policy: RetryPolicy, claimed: ClaimedJob, result_limit: int, broker: Broker
+) -> Report:
+    """Run a transactional task: its writes and the ack commit in one transaction.
+
+    A raise rolls both back and becomes an ordinary failure. If the commit itself fails
+    its fate is unknown, so the attempt is reported as failed: the broker's fencing then
+    either applies the retry or finds the ack already committed, never both.
+    """
+    job = claimed.job
+    token = set_current(job)
+    try:
+        with broker.transaction() as conn:
+            value = fn(*job.args, connection=conn, **job.kwargs)
+            broker.ack_on(conn, claimed.claim, encode_result(value, result_limit))
+        return Settled(claimed.claim)
+    except LeaseLost:
+        return Settled(claimed.claim, lease_lost=True)
+    except BaseException as exc:
         retry_in = decide(policy, job.attempts, job.max_attempts, exc)
         return Failed(claimed.claim, error_info(exc), retry_in)
     finally:

@@ -23,14 +23,16 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from ..brokers import Broker
+from ..brokers import Broker, Retention
 from ..codec import DEFAULT_PAYLOAD_LIMIT
+from ..errors import ConfigError
 from ..job import Claim, ClaimedJob
-from ..outcomes import Failed, Outcome, Succeeded
+from ..outcomes import Failed, Outcome, Report, Settled, Succeeded
 from .executors import Executor, WorkItem, make_executor
 from .leases import LeaseKeeper
 from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools
-from .runner import refused, run_job, timed_out
+from .pruner import Pruner
+from .runner import refused, run_job, run_transactional, timed_out
 
 if TYPE_CHECKING:
     from ..app import App
@@ -79,12 +81,20 @@ class Worker:
         poll_interval: float = 1.0,
         worker_id: str | None = None,
         result_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        retention: Retention | None = None,
+        prune_interval: float = 600.0,
     ) -> None:
         if lease <= 0:
-            raise ValueError("lease must be positive")
+            raise ConfigError("lease must be positive")
         self.app = app
         self.broker = broker or app.broker
         self.pools = [PoolState(spec) for spec in check_pools(list(pools or [DEFAULT_POOL]))]
+        for task in app.tasks.values():
+            if task.options.transactional and not self.broker.supports_transactions:
+                raise ConfigError(
+                    f"task {task.name!r} is transactional, which needs the postgresql:// broker "
+                    f"(this worker uses {self.broker.url})"
+                )
         self.lease = lease
         self.shutdown_timeout = shutdown_timeout
         self.burst = burst
@@ -92,11 +102,13 @@ class Worker:
         self.worker_id = worker_id or new_worker_id()
         self.result_limit = result_limit
         self.counters = Counters()
+        # Retention of finished jobs; None (the default for embedded use) keeps them all.
+        self.pruner = Pruner(self.broker, retention, prune_interval) if retention else None
         self.leases = LeaseKeeper(self.broker, lease)
         self.recover_interval = max(0.2, min(lease / 3, 10.0))
         self._executors: dict[str, Executor] = {}
         self._wake = threading.Event()
-        self._done: collections.deque[tuple[WorkItem, Outcome]] = collections.deque()
+        self._done: collections.deque[tuple[WorkItem, Report]] = collections.deque()
         self._started: collections.deque[Claim] = collections.deque()
         self._inflight: dict[Claim, InFlight] = {}
         self._pending: list[Outcome] = []
@@ -135,6 +147,8 @@ class Worker:
             executor.start(self._on_start, self._on_done)
             self._executors[pool.spec.name] = executor
         unsubscribe = self.broker.subscribe(self._on_wakeup)
+        if self.pruner is not None:
+            self.pruner.start()
         self._running = True
         self._next_recover = time.monotonic()
         self._next_poll = time.monotonic() + self.poll_interval
@@ -163,6 +177,8 @@ class Worker:
         finally:
             self._running = False
             unsubscribe()
+            if self.pruner is not None:
+                self.pruner.stop()
             for executor in self._executors.values():
                 executor.stop()
             log.info("worker %s stopped", self.worker_id)
@@ -210,7 +226,7 @@ class Worker:
         self._started.append(item.claimed.claim)
         self._wake.set()
 
-    def _on_done(self, item: WorkItem, outcome: Outcome) -> None:
+    def _on_done(self, item: WorkItem, outcome: Report) -> None:
         self._done.append((item, outcome))
         self._wake.set()
 
@@ -232,7 +248,9 @@ class Worker:
             if flight is None:
                 continue
             flight.pool.busy.pop(item.claimed.claim, None)
-            if not flight.abandoned:
+            if isinstance(outcome, Settled):
+                self._settled(outcome)
+            elif not flight.abandoned:
                 self._pending.append(outcome)
         for claim, flight in self._inflight.items():
             if flight.deadline is not None and not flight.abandoned and now >= flight.deadline:
@@ -285,6 +303,17 @@ class Worker:
                 claim.job_id,
             )
 
+    def _settled(self, outcome: Settled) -> None:
+        """A transactional task already committed its ack (or found its lease lost)."""
+        self.leases.drop([outcome.claim])
+        if outcome.lease_lost:
+            self.counters.lease_lost += 1
+            log.warning(
+                "lease lost on job %s: its transaction was rolled back", outcome.claim.job_id
+            )
+        else:
+            self.counters.succeeded += 1
+
     def _drain_started(self) -> list[Claim]:
         out = []
         while self._started:
@@ -336,8 +365,11 @@ class Worker:
         flight = InFlight(pool, claimed, time.monotonic() + timeout if timeout else None)
         self._inflight[claim] = flight
         pool.busy[claim] = claimed
-        fn, policy, limit = task.fn, task.options.retry, self.result_limit
-        item = WorkItem(claimed, lambda: run_job(fn, policy, claimed, limit))
+        fn, policy, limit, broker = task.fn, task.options.retry, self.result_limit, self.broker
+        if task.options.transactional:
+            item = WorkItem(claimed, lambda: run_transactional(fn, policy, claimed, limit, broker))
+        else:
+            item = WorkItem(claimed, lambda: run_job(fn, policy, claimed, limit))
         self._executors[pool.spec.name].submit(item)
 
     def _abandon(self, claim: Claim) -> None:
