@@ -176,3 +176,19 @@ def test_every_command_has_useful_help(workdir: Path) -> None:
         result = run(workdir, *args)
         assert result.returncode == 0
         assert "--broker" in result.stdout or args[0] in ("jobs", "demo")
+
+
+def test_migrate_and_prune_commands(workdir: Path) -> None:
+    first = run(workdir, "migrate")
+    assert first.returncode == 0 and "applied migration(s): 1" in first.stdout
+    again = run(workdir, "migrate")
+    assert again.returncode == 0 and "up to date" in again.stdout
+    run(workdir, "enqueue", "t")
+    run(workdir, "jobs", "cancel", "1")
+    kept = run(workdir, "prune")
+    assert kept.returncode == 0 and "pruned 0 job(s)" in kept.stdout
+    gone = run(workdir, "prune", "--keep-cancelled-days", "0")
+    assert "pruned 1 job(s)" in gone.stdout
+    assert json.loads(run(workdir, "jobs", "list", "--json").stdout) == []
+    bad = run(workdir, "prune", "--keep-dead-days", "-1")
+    assert bad.returncode == 2
