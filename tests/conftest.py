@@ -1,7 +1,11 @@
 """Shared fixtures: a fake clock and a ``broker`` fixture run against every broker kind.
 
-To add a broker (e.g. PostgreSQL), add one ``BrokerKind`` to ``BROKER_KINDS``; every
-test that takes ``broker`` (the conformance suite) then runs against it too.
+To add a broker, add one ``BrokerKind`` to ``BROKER_KINDS``; every test that takes
+``broker`` (the conformance suite) then runs against it too.
+
+PostgreSQL runs on a real server found by tests/pgserver.py, each test on its own freshly
+migrated schema (dropped at teardown). Without a server its tests are skipped with the
+reason, unless ``SLUICEGATE_REQUIRE_POSTGRES=1`` (CI), which turns the skip into a failure.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pgserver
 import pytest
 
 from sluicegate.brokers.base import Broker
@@ -54,6 +59,36 @@ class BrokerKind:
     multiprocess: bool
 
 
+# Schemas handed out by postgres_url during the current test; dropped at its teardown.
+_PG_SCHEMAS: list[str] = []
+
+
+def postgres_url(tmp: Path) -> str:
+    """A URL on a new schema of the test server (migrated when the first handle opens)."""
+    url, schema = pgserver.fresh_url()
+    _PG_SCHEMAS.append(schema)
+    return url
+
+
+def open_postgres(url: str, clock: Callable[[], float]) -> Broker:
+    from sluicegate.brokers.postgres import PostgresBroker
+
+    return PostgresBroker(url, clock=clock)
+
+
+def require_postgres() -> str:
+    """The test server's DSN; skips the test without one, or fails it when CI requires one."""
+    dsn, why = pgserver.server()
+    if dsn is None:
+        if pgserver.required():
+            pytest.fail(
+                f"PostgreSQL is required ({pgserver.ENV_REQUIRE}=1) but unavailable: {why}",
+                pytrace=False,
+            )
+        pytest.skip(f"PostgreSQL unavailable: {why}")
+    return dsn
+
+
 BROKER_KINDS: dict[str, BrokerKind] = {
     "memory": BrokerKind(
         "memory", lambda tmp: "memory://", lambda url, clock: MemoryBroker(url, clock=clock),
@@ -63,7 +98,27 @@ BROKER_KINDS: dict[str, BrokerKind] = {
         "sqlite", lambda tmp: sqlite_url(tmp / "jobs.db"),
         lambda url, clock: SQLiteBroker(url, clock=clock), shared=True, multiprocess=True,
     ),
+    "postgresql": BrokerKind(
+        "postgresql", postgres_url, open_postgres, shared=True, multiprocess=True,
+    ),
 }  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _drop_postgres_schemas() -> Iterator[None]:
+    """Drops the schemas a test made; autouse, so it tears down after the brokers close."""
+    first = len(_PG_SCHEMAS)
+    yield
+    while len(_PG_SCHEMAS) > first:
+        pgserver.drop_schema(_PG_SCHEMAS.pop())
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"postgresql: {pgserver.describe(final=False)}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.write_line(f"postgresql: {pgserver.describe(final=True)}")
 
 
 @pytest.fixture
@@ -73,6 +128,8 @@ def clock() -> FakeClock:
 
 @pytest.fixture(params=list(BROKER_KINDS))
 def broker_kind(request: pytest.FixtureRequest) -> BrokerKind:
+    if request.param == "postgresql":
+        require_postgres()
     return BROKER_KINDS[request.param]
 
 

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import uuid
 from functools import cache
+from urllib.parse import urlsplit
 
 ENV_DSN = "SLUICEGATE_TEST_POSTGRES"
 ENV_REQUIRE = "SLUICEGATE_REQUIRE_POSTGRES"
@@ -101,3 +102,39 @@ def drop_schema(schema: str) -> None:
     assert dsn is not None
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def redacted(dsn: str) -> str:
+    """The DSN without its password, for printing."""
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+@cache
+def server_version(dsn: str) -> str:
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn, connect_timeout=5) as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+    except psycopg.Error as exc:
+        return f"unreachable: {str(exc).strip()[:200]}"
+    return f"PostgreSQL {row[0] if row else '?'}"
+
+
+def describe(final: bool) -> str:
+    """One line on which PostgreSQL the run uses (or used), or why its tests skip or fail."""
+    if server.cache_info().currsize == 0:  # no test asked for a server (yet)
+        if final:
+            return "not used in this run"
+        dsn = os.environ.get(ENV_DSN)
+        source = f"{redacted(dsn)} from {ENV_DSN}" if dsn else "a throwaway cluster if needed"
+        return source + (f" ({ENV_REQUIRE}=1: no skipping)" if required() else "")
+    dsn, how = server()
+    if dsn is None:
+        verdict = f"REQUIRED ({ENV_REQUIRE}=1) but unavailable" if required() else "tests skipped"
+        return f"{verdict}: {how}"
+    return f"{redacted(dsn)} ({how}), {server_version(dsn)}"

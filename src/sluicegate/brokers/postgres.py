@@ -37,6 +37,11 @@ except ImportError:  # pragma: no cover - exercised only without the extra insta
 
 log = logging.getLogger("sluicegate.postgres")
 
+# A cut TCP connection must fail a call within seconds, not hang the worker's loop.
+CONNECT_DEFAULTS: dict[str, Any] = {
+    "connect_timeout": 5, "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+    "keepalives_count": 3, "tcp_user_timeout": 10_000,
+}  # fmt: skip
 SCHEMA_PATTERN = re.compile(r"[a-z_][a-z0-9_]{0,49}")
 OUR_OPTIONS = {"schema", "migrate", "pool_max", "poll_interval"}
 TIMES = ("run_at", "lease_expires_at", "enqueued_at", "started_at", "finished_at")
@@ -126,8 +131,8 @@ class PostgresBroker(Broker):
         self._queries = self._load_queries()
         self._pool = psycopg_pool.ConnectionPool(
             self.dsn, min_size=1, max_size=max(pool_max, 1), open=False,
-            kwargs={"autocommit": False}, name=f"sluicegate-{self.schema}",
-            reconnect_timeout=0, timeout=30.0,
+            kwargs={"autocommit": False, **CONNECT_DEFAULTS}, name=f"sluicegate-{self.schema}",
+            timeout=5.0,
         )  # fmt: skip
         try:
             self._pool.open(wait=True, timeout=10.0)
@@ -136,6 +141,7 @@ class PostgresBroker(Broker):
             raise BrokerUnavailable(
                 f"cannot connect to PostgreSQL at {self._safe_dsn()}: {exc}"
             ) from None
+        self.migrations_applied: list[int] = []
         if migrate in ("true", "1", "yes"):
             self.migrate()
         else:
@@ -184,6 +190,7 @@ class PostgresBroker(Broker):
                     (migration.version, migration.name),
                 )
                 applied.append(migration.version)
+        self.migrations_applied.extend(applied)
         return applied
 
     def _version(self, conn: Any) -> int:
@@ -329,9 +336,10 @@ class PostgresBroker(Broker):
                           "errors": [dumps(o.error.to_dict()) for o in retries],
                           "retry_in": [o.retry_in for o in retries]}  # fmt: skip
                 done |= {r[0] for r in conn.execute(q["fail_retry"], params)}
-            unmatched = [o.claim for o in outcomes if o.claim.job_id not in done]
+            unmatched = [c for c in [*starts, *finishing] if c.job_id not in done]
             if unmatched:
-                # An outcome retried after a commit of unknown fate finds its own write.
+                # An outcome retried after a commit of unknown fate finds its own write; a
+                # start may find a transactional task already committed its own ack.
                 settled = conn.execute(q["already_settled"], _ids_tokens(unmatched))
                 done |= {r[0] for r in settled}
         if retries:
@@ -482,7 +490,7 @@ class PostgresBroker(Broker):
         delay = 0.0
         while not stop.is_set():
             try:
-                with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+                with psycopg.connect(self.dsn, autocommit=True, **CONNECT_DEFAULTS) as conn:
                     conn.execute(f"LISTEN {self.channel}")
                     if delay:
                         log.info("LISTEN connection restored")
