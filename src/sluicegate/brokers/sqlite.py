@@ -277,15 +277,31 @@ class SQLiteBroker(Broker):
     ) -> list[ClaimedJob]:
         if n <= 0 or not queues:
             return []
+        with self._write() as conn:
+            return self._claim_in(conn, queues, n, lease, worker_id)
+
+    def _claim_in(
+        self, conn: sqlite3.Connection, queues: Sequence[str], n: int, lease: float, worker_id: str
+    ) -> list[ClaimedJob]:
         params: dict[str, Any] = {f"q{i}": q for i, q in enumerate(queues)}
         token = secrets.randbits(62)
-        with self._write() as conn:
-            now = self._clock()
-            conn.execute(Q["promote_due"], {"now": now})
-            params.update(n=n, token=token, now=now, lease=lease, worker=worker_id)
-            rows = conn.execute(self._claim_statement(len(queues)), params).fetchall()
+        now = self._clock()
+        conn.execute(Q["promote_due"], {"now": now})
+        params.update(n=n, token=token, now=now, lease=lease, worker=worker_id)
+        rows = conn.execute(self._claim_statement(len(queues)), params).fetchall()
         claimed = [_claimed_from_row(r, token) for r in rows]
         return sorted(claimed, key=lambda c: (c.job.priority, c.job.run_at, c.job.id))
+
+    def record_and_claim(
+        self, started: Sequence[Claim], outcomes: Sequence[Outcome], queues: Sequence[str],
+        n: int, lease: float, worker_id: str,
+    ) -> tuple[list[Claim], list[ClaimedJob]]:  # fmt: skip
+        """One BEGIN IMMEDIATE for both: the worker's common turn costs one commit."""
+        with self._write() as conn:
+            lost = self._record_in(conn, started, outcomes)
+            claimed = self._claim_in(conn, queues, n, lease, worker_id) if n > 0 and queues else []
+        self._after_record(outcomes)
+        return lost, claimed
 
     def has_work(self, queues: Sequence[str]) -> bool:
         marks, params = _placeholders("q", queues)
@@ -306,34 +322,41 @@ class SQLiteBroker(Broker):
     def record(self, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> list[Claim]:
         if not started and not outcomes:
             return []
+        with self._write() as conn:
+            lost = self._record_in(conn, started, outcomes)
+        self._after_record(outcomes)
+        return lost
+
+    def _record_in(
+        self, conn: sqlite3.Connection, started: Sequence[Claim], outcomes: Sequence[Outcome]
+    ) -> list[Claim]:
         lost: list[Claim] = []
         finishing = {o.claim for o in outcomes}
-        with self._write() as conn:
-            now = self._clock()
-            for claim in started:
-                if claim in finishing:
-                    continue  # ack/fail below sets started_at; one write instead of two
+        now = self._clock()
+        for claim in started:
+            if claim in finishing:
+                continue  # ack/fail below sets started_at; one write instead of two
+            cur = conn.execute(Q["start"], {"id": claim.job_id, "token": claim.token, "now": now})
+            if cur.rowcount == 0:
+                lost.append(claim)
+        for outcome in outcomes:
+            key = {"id": outcome.claim.job_id, "token": outcome.claim.token, "now": now}
+            if isinstance(outcome, Succeeded):
+                cur = conn.execute(Q["ack"], {**key, "result": outcome.result_json})
+            elif outcome.retry_in is None:
+                cur = conn.execute(Q["fail_dead"], {**key, "error": _error_json(outcome)})
+            else:
                 cur = conn.execute(
-                    Q["start"], {"id": claim.job_id, "token": claim.token, "now": now}
+                    Q["fail_retry"],
+                    {**key, "error": _error_json(outcome), "retry_in": outcome.retry_in},
                 )
-                if cur.rowcount == 0:
-                    lost.append(claim)
-            for outcome in outcomes:
-                key = {"id": outcome.claim.job_id, "token": outcome.claim.token, "now": now}
-                if isinstance(outcome, Succeeded):
-                    cur = conn.execute(Q["ack"], {**key, "result": outcome.result_json})
-                elif outcome.retry_in is None:
-                    cur = conn.execute(Q["fail_dead"], {**key, "error": _error_json(outcome)})
-                else:
-                    cur = conn.execute(
-                        Q["fail_retry"],
-                        {**key, "error": _error_json(outcome), "retry_in": outcome.retry_in},
-                    )
-                if cur.rowcount == 0:
-                    lost.append(outcome.claim)
+            if cur.rowcount == 0:
+                lost.append(outcome.claim)
+        return lost
+
+    def _after_record(self, outcomes: Sequence[Outcome]) -> None:
         if any(isinstance(o, Failed) and o.retry_in is not None for o in outcomes):
             self._subscribers.notify_local()
-        return lost
 
     def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
         return self._per_claim("heartbeat", claims, {"lease": lease})

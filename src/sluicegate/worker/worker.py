@@ -159,10 +159,10 @@ class Worker:
                 self._collect(now)
                 if self._stop_requests and self._shutdown_step(now):
                     break
+                if self._backoff_until <= now and not self._stop_requests:
+                    self._claim_turn(now)  # carries pending outcomes along with a claim
                 if self._backoff_until <= now:
                     self._flush()
-                if self._backoff_until <= now and not self._stop_requests:
-                    self._claim_turn(now)
                     if self.burst and self._idle_and_drained():
                         self._guarded(self._recover)  # expired leases count as work to drain
                         if self._idle_and_drained():
@@ -268,21 +268,32 @@ class Worker:
                         timeout,
                     )
 
+    def _take_batch(self) -> tuple[list[Claim], list[Outcome]]:
+        """Starts and outcomes waiting to be written (taken out of the buffers)."""
+        started = [c for c in self._drain_started() if c in self.leases.held]
+        outcomes, self._pending = self._pending, []
+        return started, outcomes
+
+    def _put_back(self, started: list[Claim], outcomes: list[Outcome]) -> None:
+        """Storage trouble: keep everything for the next try; nothing was recorded."""
+        self._pending = outcomes + self._pending
+        self._started.extendleft(reversed(started))
+
     def _flush(self) -> None:
         """Record starts and outcomes in one broker write; keep them for retry on error."""
-        started = [c for c in self._drain_started() if c in self.leases.held]
-        outcomes = self._pending
+        started, outcomes = self._take_batch()
         if not started and not outcomes:
             return
-        self._pending = []
         try:
             lost = self.broker.record(started, outcomes)
-        except Exception as exc:  # storage trouble: keep everything and try again
-            self._pending = outcomes + self._pending
-            self._started.extendleft(reversed(started))
+        except Exception as exc:
+            self._put_back(started, outcomes)
             self._broker_trouble(exc)
             return
         self._broker_ok()
+        self._recorded(outcomes, lost)
+
+    def _recorded(self, outcomes: list[Outcome], lost: list[Claim]) -> None:
         self.leases.drop(o.claim for o in outcomes)
         lost_set = set(lost)
         for outcome in outcomes:
@@ -335,7 +346,7 @@ class Worker:
                     claimed = []
                 else:
                     wanted = pool.free
-                    claimed = self.broker.claim(queues, wanted, self.lease, self.worker_id)
+                    claimed = self._claim(pool, wanted)
                     pool.backlog = len(claimed) == wanted
                 if not pool.backlog:
                     # A wake-up that raced with this look keeps the pool looking.
@@ -350,6 +361,21 @@ class Worker:
             for job in claimed:
                 self._dispatch(pool, job)
         return next_due
+
+    def _claim(self, pool: PoolState, wanted: int) -> list[ClaimedJob]:
+        """Claim for one pool; pending starts and outcomes ride in the same transaction."""
+        started, outcomes = self._take_batch()
+        if not started and not outcomes:
+            return self.broker.claim(pool.spec.queues, wanted, self.lease, self.worker_id)
+        try:
+            lost, claimed = self.broker.record_and_claim(
+                started, outcomes, pool.spec.queues, wanted, self.lease, self.worker_id
+            )
+        except Exception:
+            self._put_back(started, outcomes)
+            raise
+        self._recorded(outcomes, lost)
+        return claimed
 
     def _dispatch(self, pool: PoolState, claimed: ClaimedJob) -> None:
         self.counters.claimed += 1
