@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pgserver
 import pytest
 
+import pgserver
 from sluicegate.brokers.base import Broker
 from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.brokers.sqlite import SQLiteBroker
@@ -113,12 +113,29 @@ def _drop_postgres_schemas() -> Iterator[None]:
         pgserver.drop_schema(_PG_SCHEMAS.pop())
 
 
+@pytest.fixture
+def pg_dsn() -> str:
+    """The test server's DSN (skip without one, fail when required), for PostgreSQL-only tests."""
+    return require_postgres()
+
+
+@pytest.fixture
+def pg_url(pg_dsn: str, tmp_path: Path) -> str:
+    """A broker URL on a fresh schema of the test server, dropped at teardown."""
+    return postgres_url(tmp_path)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return f"postgresql: {pgserver.describe(final=False)}"
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    terminalreporter.write_line(f"postgresql: {pgserver.describe(final=True)}")
+    missing = pgserver.server.cache_info().currsize > 0 and pgserver.server()[0] is None
+    terminalreporter.write_line(
+        f"postgresql: {pgserver.describe(final=True)}",
+        red=missing and pgserver.required(),
+        yellow=missing and not pgserver.required(),
+    )
 
 
 @pytest.fixture

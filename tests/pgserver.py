@@ -66,11 +66,27 @@ def _start_throwaway(bindir: str) -> str:
     return f"postgresql://postgres@127.0.0.1:{port}/postgres"
 
 
+def _unreachable(dsn: str) -> str | None:
+    """Why the server behind ``dsn`` cannot be used, or None when a connection works."""
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed (pip install -e '.[dev]')"
+    try:
+        psycopg.connect(dsn, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        return f"cannot connect: {str(exc).strip()[:200]}"
+    return None
+
+
 @cache
 def server() -> tuple[str | None, str]:
     """(DSN, how it was found) or (None, why there is none)."""
     dsn = os.environ.get(ENV_DSN)
     if dsn:
+        problem = _unreachable(dsn)
+        if problem:
+            return None, f"{ENV_DSN}={redacted(dsn)}: {problem}"
         return dsn, f"{ENV_DSN}"
     bindir = _find_binaries()
     if bindir is None:

@@ -58,6 +58,7 @@ class App:
         self._lock = threading.Lock()
         self.payload_limit = payload_limit
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.import_path: str | None = None  # "MODULE:APP", set when loaded by that path
 
     # ---- broker ------------------------------------------------------------------
     @property

@@ -8,10 +8,8 @@ line on stderr and exit 2 (bad input) or 1 (e.g. no such job); no tracebacks.
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -24,6 +22,7 @@ from .app import BROKER_ENV, App, default_broker_url
 from .brokers.base import DAY, Retention
 from .errors import ConfigError, InvalidTransition, JobNotFound, SerializationError, SluicegateError
 from .job import Job, JobState
+from .loading import load_app
 from .worker import Worker, parse_pool_spec
 from .worker.pool import SPEC_FORMAT
 
@@ -57,23 +56,6 @@ def friendly_errors(fn: F) -> F:
         return None
 
     return wrapper  # type: ignore[return-value]
-
-
-def load_app(target: str) -> App:
-    """Import ``MODULE:APP`` (the current folder is importable, as with python -m)."""
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"app must be given as MODULE:APP, not {target!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import app module {module_name!r}: {exc}") from None
-    app = getattr(module, attr, None)
-    if not isinstance(app, App):
-        raise ConfigError(f"{target!r} is not a sluicegate App (found {type(app).__name__})")
-    return app
 
 
 def _group_broker() -> str | None:

@@ -1,21 +1,24 @@
 """The PostgreSQL broker: many workers on many machines, one server.
 
 Claims are one statement with ``FOR UPDATE SKIP LOCKED`` over a partial index of ready
-jobs; heartbeats, acks and failures are batched with ``unnest`` arrays. Leases and due
-times use the server's clock (``now()``); tests may pass a clock in. Wake-ups use
-LISTEN/NOTIFY (payload: a queue name only), with polling as the fallback. Producers can
-enqueue inside their own psycopg transaction, and ``transactional`` tasks commit their
-writes together with the job's ack.
+jobs; heartbeats, acks and failures are batched with ``unnest`` arrays and matched by
+(job id, fencing token). Leases and due times use the server's clock (``now()``); tests
+may pass a clock in. Wake-ups use LISTEN/NOTIFY (payload: a queue name only), with
+polling as the fallback. Producers can enqueue inside their own psycopg transaction, and
+``transactional`` tasks commit their writes together with the job's ack, on connections
+of their own so that a long task never starves claims and heartbeats.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import random
 import re
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -31,6 +34,8 @@ from .wakeups import Subscribers
 try:
     import psycopg
     import psycopg_pool
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg.rows import tuple_row
 except ImportError:  # pragma: no cover - exercised only without the extra installed
     psycopg = None  # type: ignore[assignment]
     psycopg_pool = None  # type: ignore[assignment]
@@ -44,12 +49,43 @@ CONNECT_DEFAULTS: dict[str, Any] = {
 }  # fmt: skip
 SCHEMA_PATTERN = re.compile(r"[a-z_][a-z0-9_]{0,49}")
 OUR_OPTIONS = {"schema", "migrate", "pool_max", "poll_interval"}
+BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+TASK_POOL_MAX = 64  # connections for transactional tasks' own transactions (opened lazily)
+LISTEN_WAIT = 2.0  # subscribe() waits this long at most for LISTEN to be in place
+MAYBE_WRITTEN_MAX = 10_000  # claims remembered for own_writes; the oldest are forgotten
 TIMES = ("run_at", "lease_expires_at", "enqueued_at", "started_at", "finished_at")
 COLUMNS = (
     "id", "queue", "task", "args", "kwargs", "state", "priority", "run_at", "attempts",
     "max_attempts", "unique_key", "lease_token", "lease_expires_at", "worker_id",
     "enqueued_at", "started_at", "finished_at", "result", "last_error",
 )  # fmt: skip
+
+
+class _QuietPoolTrouble(logging.Filter):
+    """psycopg_pool warns at every failed connection attempt and every broken connection it
+    drops: a flood in an outage, which the worker already reports once (and its end). For
+    sluicegate's own pools those records go down to DEBUG."""
+
+    PREFIXES = (
+        "error connecting in", "discarding closed connection", "discarding broken connection",
+        "reconnection attempt in pool",
+    )  # fmt: skip
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING or not str(record.msg).startswith(self.PREFIXES):
+            return True
+        args = record.args if isinstance(record.args, tuple) else ()
+        names = [getattr(getattr(a, "_pool", None), "name", a) for a in args]
+        if not any(isinstance(n, str) and n.startswith("sluicegate-") for n in names):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+if psycopg_pool is not None:
+    _pool_log = logging.getLogger("psycopg.pool")
+    if not any(isinstance(f, _QuietPoolTrouble) for f in _pool_log.filters):
+        _pool_log.addFilter(_QuietPoolTrouble())
 
 
 def _select_list(prefix: str) -> str:
@@ -67,12 +103,27 @@ def parse_postgres_url(url: str) -> tuple[str, dict[str, str]]:
     theirs = [(k, v) for k, v in pairs if k not in OUR_OPTIONS]
     dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(theirs), ""))
     schema = ours.get("schema", "sluicegate")
-    if SCHEMA_PATTERN.fullmatch(schema) is None:
+    if SCHEMA_PATTERN.fullmatch(schema) is None or schema.startswith("pg_"):
         raise ConfigError(
             f"invalid schema {schema!r} in {url!r}: use 1-50 characters from a-z 0-9 _, "
-            "not starting with a digit"
+            "not starting with a digit or pg_"
         )
+    if psycopg is not None:
+        try:
+            conninfo_to_dict(dsn)  # libpq's own check: unknown options, bad ports, ...
+        except psycopg.ProgrammingError as exc:
+            raise ConfigError(
+                f"invalid PostgreSQL URL {_redacted(url)!r}: {exc}; sluicegate's own "
+                f"options are {', '.join(sorted(OUR_OPTIONS))}"
+            ) from None
     return dsn, ours
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
 
 
 def _row_to_job(row: Sequence[Any]) -> Job:
@@ -107,6 +158,17 @@ def _ids_tokens(claims: Sequence[Claim]) -> dict[str, list[int]]:
     return {"ids": [c.job_id for c in claims], "tokens": [c.token for c in claims]}
 
 
+def _matched(rows: Any) -> set[Claim]:
+    """The claims a batched write matched, from rows of (job id, lease token, ...).
+
+    Matching by id alone would let a stale claim pass for a live one on the same job."""
+    return {Claim(JobId(r[0]), r[1]) for r in rows}
+
+
+def _fits_bigint(job_id: int) -> bool:
+    return -(2**63) <= job_id < 2**63
+
+
 class PostgresBroker(Broker):
     supports_transactions = True
 
@@ -118,44 +180,68 @@ class PostgresBroker(Broker):
         self.url = url
         self.dsn, options = parse_postgres_url(url)
         self.schema = options.get("schema", "sluicegate")
+        # Validated above; quoting keeps reserved words (user, order, ...) usable as names.
+        self._s = f'"{self.schema}"'
         self.channel = f"{self.schema}_jobs"
         try:
             pool_max = int(options.get("pool_max", "4"))
             self.poll_interval = float(options.get("poll_interval", "1.0"))
         except ValueError as exc:
-            raise ConfigError(f"invalid PostgreSQL URL {url!r}: {exc}") from None
-        migrate = options.get("migrate", "true").lower()
-        if migrate not in ("true", "false", "1", "0", "yes", "no"):
-            raise ConfigError(f"invalid PostgreSQL URL {url!r}: migrate must be true or false")
+            raise ConfigError(f"invalid PostgreSQL URL {_redacted(url)!r}: {exc}") from None
+        if pool_max < 1 or not self.poll_interval > 0:
+            raise ConfigError(
+                f"invalid PostgreSQL URL {_redacted(url)!r}: pool_max must be at least 1 "
+                "and poll_interval above 0"
+            )
+        migrate = BOOLEANS.get(options.get("migrate", "true").lower())
+        if migrate is None:
+            raise ConfigError(
+                f"invalid PostgreSQL URL {_redacted(url)!r}: migrate must be true or false"
+            )
         self._clock = clock
         self._queries = self._load_queries()
+        self.migrations_applied: list[int] = []
+        self._listening = threading.Event()
+        self._task_pool: Any = None
+        self._task_pool_lock = threading.Lock()
+        # Claims whose write from this handle may have landed unseen (see own_writes).
+        self._maybe_written: dict[Claim, None] = {}
+        self._maybe_lock = threading.Lock()
         self._pool = psycopg_pool.ConnectionPool(
-            self.dsn, min_size=1, max_size=max(pool_max, 1), open=False,
+            self.dsn, min_size=1, max_size=pool_max, open=False,
             kwargs={"autocommit": False, **CONNECT_DEFAULTS}, name=f"sluicegate-{self.schema}",
             timeout=5.0,
         )  # fmt: skip
+        # One direct connection first: an unreachable server or a refused login fails at
+        # once with the server's own words, not after the pool's timeout.
         try:
+            psycopg.connect(self.dsn, **CONNECT_DEFAULTS).close()
             self._pool.open(wait=True, timeout=10.0)
-        except psycopg_pool.PoolTimeout as exc:
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
             self._pool.close()
             raise BrokerUnavailable(
-                f"cannot connect to PostgreSQL at {self._safe_dsn()}: {exc}"
+                f"cannot connect to PostgreSQL at {self._safe_dsn()}: {str(exc).strip()}"
             ) from None
-        self.migrations_applied: list[int] = []
-        if migrate in ("true", "1", "yes"):
-            self.migrate()
-        else:
-            self._check_migrated()
+        try:
+            if migrate:
+                self.migrate()
+            else:
+                self._check_migrated()
+        except BaseException:
+            self._pool.close()
+            raise
         self._subscribers = Subscribers(self._listen_loop)
 
     # ---- setup -------------------------------------------------------------------------
     def _load_queries(self) -> dict[str, str]:
-        now = "coalesce(to_timestamp(%(now)s::float8), now())"
+        # statement_timestamp(), not now(): now() is when the transaction began, and an ack
+        # in a transactional task's transaction would stamp finished_at at the task's start.
+        now = "coalesce(to_timestamp(%(now)s::float8), statement_timestamp())"
         out = {}
         for name, sql in load_queries("postgresql").items():
             sql = sql.replace("{job_columns_j}", _select_list("j."))
             sql = sql.replace("{job_columns}", _select_list(""))
-            out[name] = sql.replace("{schema}", self.schema).replace("{now}", now)
+            out[name] = sql.replace("{schema}", self._s).replace("{now}", now)
         return out
 
     def _safe_dsn(self) -> str:
@@ -167,26 +253,34 @@ class PostgresBroker(Broker):
         return self._clock() if self._clock is not None else None
 
     def migrate(self) -> list[int]:
-        """Apply pending numbered migrations under an advisory lock; returns those applied."""
-        applied = []
+        """Apply pending numbered migrations; returns the versions this call applied.
+
+        Safe from many processes at once: an advisory lock per schema serialises them and
+        each re-reads the version under it. An up-to-date schema costs one read, no DDL.
+        """
+        migrations = load_migrations("postgresql")
+        latest = max((m.version for m in migrations), default=0)
+        applied: list[int] = []
         with self._conn() as conn:
+            if self._version(conn) >= latest:
+                return applied
             conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"sluicegate:{self.schema}",)
             )
-            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self._s}")
             conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {self.schema}.schema_version "
+                f"CREATE TABLE IF NOT EXISTS {self._s}.schema_version "
                 "(version integer PRIMARY KEY, name text NOT NULL, "
                 "applied_at timestamptz NOT NULL DEFAULT now())"
             )
             current = self._version(conn)
-            for migration in load_migrations("postgresql"):
+            for migration in migrations:
                 if migration.version <= current:
                     continue
                 for statement in migration.statements:
-                    conn.execute(statement.replace("{schema}", self.schema))
+                    conn.execute(statement.replace("{schema}", self._s))
                 conn.execute(
-                    f"INSERT INTO {self.schema}.schema_version (version, name) VALUES (%s, %s)",
+                    f"INSERT INTO {self._s}.schema_version (version, name) VALUES (%s, %s)",
                     (migration.version, migration.name),
                 )
                 applied.append(migration.version)
@@ -194,22 +288,23 @@ class PostgresBroker(Broker):
         return applied
 
     def _version(self, conn: Any) -> int:
-        row = conn.execute(
-            f"SELECT coalesce(max(version), 0) FROM {self.schema}.schema_version"
-        ).fetchone()
+        """The schema's migration version: 0 while the schema or its version table is missing."""
+        table = f"{self._s}.schema_version"
+        if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is None:
+            return 0
+        row = conn.execute(f"SELECT coalesce(max(version), 0) FROM {table}").fetchone()
         return int(row[0])
 
     def _check_migrated(self) -> None:
         latest = max((m.version for m in load_migrations("postgresql")), default=0)
-        try:
-            with self._conn() as conn:
-                current = self._version(conn)
-        except psycopg.errors.UndefinedTable:
-            current = 0
+        with self._conn() as conn:
+            current = self._version(conn)
         if current < latest:
             raise ConfigError(
-                f"PostgreSQL schema {self.schema!r} is at version {current}, this sluicegate "
-                f"needs {latest}: run `sluicegate migrate --broker URL` (migrate=false is set)"
+                f"PostgreSQL schema {self.schema!r} at {self._safe_dsn()} is at version "
+                f"{current}, this sluicegate needs {latest}, and the URL says migrate=false: "
+                "run `sluicegate migrate --broker URL` (URL without migrate=false, as a role "
+                "that may create tables in the schema)"
             )
 
     # ---- connections ----------------------------------------------------------------------
@@ -222,59 +317,124 @@ class PostgresBroker(Broker):
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
             raise BrokerUnavailable(f"PostgreSQL unavailable ({self._safe_dsn()}): {exc}") from None
 
+    def _tasks_pool(self) -> Any:
+        with self._task_pool_lock:
+            if self._task_pool is None:
+                self._task_pool = psycopg_pool.ConnectionPool(
+                    self.dsn, min_size=0, max_size=TASK_POOL_MAX, open=True, max_idle=60.0,
+                    kwargs={"autocommit": False, **CONNECT_DEFAULTS}, timeout=30.0,
+                    name=f"sluicegate-{self.schema}-tasks",
+                )  # fmt: skip
+            return self._task_pool
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Any]:
-        """A psycopg connection in an open transaction; commits on success, else rolls back."""
-        with self._conn() as conn:
-            yield conn
+        """A psycopg connection in an open transaction; commits on success, else rolls back.
+
+        Taken from a pool of its own: a task holds it for as long as it runs, and must not
+        starve the claims and heartbeats of the main pool. Only failing to get a connection
+        becomes BrokerUnavailable; the body's own errors pass through unchanged.
+        """
+        with contextlib.ExitStack() as stack:
+            try:
+                conn = stack.enter_context(self._tasks_pool().connection())
+            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                raise BrokerUnavailable(
+                    f"PostgreSQL unavailable ({self._safe_dsn()}): {exc}"
+                ) from None
+            with conn.transaction():
+                yield conn
+
+    # ---- writes whose fate this handle cannot see ----------------------------------------------
+    def _remember(self, claims: Sequence[Claim]) -> None:
+        """Note claims whose write may be in the database unseen; the oldest drop out."""
+        with self._maybe_lock:
+            for claim in claims:
+                self._maybe_written.pop(claim, None)
+                self._maybe_written[claim] = None
+            while len(self._maybe_written) > MAYBE_WRITTEN_MAX:
+                del self._maybe_written[next(iter(self._maybe_written))]
+
+    def _own_writes(self, conn: Any, unmatched: Sequence[Claim]) -> set[Claim]:
+        """Of claims a write did not match, those whose own earlier write is in the row.
+
+        Asked only for claims this handle remembers (an unknown-fate COMMIT, or an ack made
+        in a caller's transaction): for every other claim, one that ended is lost."""
+        with self._maybe_lock:
+            maybe = [c for c in unmatched if c in self._maybe_written]
+        if not maybe:
+            return set()
+        return _matched(conn.execute(self._queries["own_writes"], _ids_tokens(maybe)))
 
     def close(self) -> None:
         self._subscribers.stop()
         self._pool.close()
+        with self._task_pool_lock:
+            if self._task_pool is not None:
+                self._task_pool.close()
 
     # ---- producer side ----------------------------------------------------------------------
     def enqueue(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
+        if connection is not None:
+            if not isinstance(connection, psycopg.Connection):
+                raise ConfigError(
+                    "enqueue(connection=...) takes a psycopg 3 Connection with an open "
+                    f"transaction, not {type(connection).__name__}"
+                )
+            # The caller's transaction: no commit here; NOTIFY goes out when it commits.
+            return self._insert(connection, specs) if specs else []
         if not specs:
             return []
-        if connection is not None:
-            jobs = self._insert(connection, specs)  # the caller's transaction: no commit here
-        else:
-            with self._conn() as conn:
-                jobs = self._insert(conn, specs)
-            self._subscribers.notify_local()
+        with self._conn() as conn:
+            jobs = self._insert(conn, specs)
+        self._subscribers.notify_local()
         return jobs
 
     def _insert(self, conn: Any, specs: Sequence[JobSpec]) -> list[Job]:
-        q, now = self._queries, self._now()
-        jobs: list[Job | None] = [None] * len(specs)
-        plain = [i for i, s in enumerate(specs) if s.unique_key is None]
-        if plain:
-            ps = [specs[i] for i in plain]
-            rows = conn.execute(q["insert_job"], {
-                "queue": [s.queue for s in ps], "task": [s.task for s in ps],
-                "args": [s.args_json for s in ps], "kwargs": [s.kwargs_json for s in ps],
-                "priority": [s.priority for s in ps], "max_attempts": [s.max_attempts for s in ps],
-                "delay": [s.delay for s in ps], "run_at": [s.run_at for s in ps], "now": now,
-            }).fetchall()  # fmt: skip
-            rows.sort(key=lambda r: r[0])  # identities follow the statement's ORDER BY
-            for i, row in zip(plain, rows, strict=True):
-                jobs[i] = _row_to_job(row)
-        for i, spec in enumerate(specs):
-            if spec.unique_key is None:
-                continue
-            params = {
-                "queue": spec.queue, "task": spec.task, "args": spec.args_json,
-                "kwargs": spec.kwargs_json, "priority": spec.priority,
-                "max_attempts": spec.max_attempts, "unique_key": spec.unique_key,
-                "run_at": spec.run_at, "delay": spec.delay, "now": now,
-            }  # fmt: skip
-            row = conn.execute(q["insert_unique_job"], params).fetchone()
+        """Rows go in batch order (ids are the claim order's last tie-break): each run of
+        specs without a unique key is one statement, keyed specs go one at a time."""
+        jobs: list[Job] = []
+        now = self._now()
+        # The caller's connection may have any row factory; ours reads tuples.
+        with conn.cursor(row_factory=tuple_row) as cur:
+            for plain, run in itertools.groupby(specs, key=lambda s: s.unique_key is None):
+                batch = list(run)
+                if plain:
+                    jobs.extend(self._insert_plain(cur, batch, now))
+                else:
+                    jobs.extend(self._insert_unique(cur, spec, now) for spec in batch)
+            queues = sorted({s.queue for s in specs})
+            cur.execute(self._queries["notify"], {"channel": self.channel, "queues": queues})
+        return jobs
+
+    def _insert_plain(self, cur: Any, specs: list[JobSpec], now: float | None) -> list[Job]:
+        rows = cur.execute(self._queries["insert_job"], {
+            "queue": [s.queue for s in specs], "task": [s.task for s in specs],
+            "args": [s.args_json for s in specs], "kwargs": [s.kwargs_json for s in specs],
+            "priority": [s.priority for s in specs],
+            "max_attempts": [s.max_attempts for s in specs],
+            "delay": [s.delay for s in specs], "run_at": [s.run_at for s in specs], "now": now,
+        }).fetchall()  # fmt: skip
+        rows.sort(key=lambda r: r[0])  # identities follow the statement's ORDER BY
+        return [_row_to_job(r) for r in rows]
+
+    def _insert_unique(self, cur: Any, spec: JobSpec, now: float | None) -> Job:
+        params = {
+            "queue": spec.queue, "task": spec.task, "args": spec.args_json,
+            "kwargs": spec.kwargs_json, "priority": spec.priority,
+            "max_attempts": spec.max_attempts, "unique_key": spec.unique_key,
+            "run_at": spec.run_at, "delay": spec.delay, "now": now,
+        }  # fmt: skip
+        # The holder of the key can finish between our insert and our read: then go again.
+        for _ in range(5):
+            row = cur.execute(self._queries["insert_unique_job"], params).fetchone()
             if row is None:
-                row = conn.execute(q["unfinished_by_unique_key"], params).fetchone()
-            jobs[i] = _row_to_job(row)
-        queues = sorted({s.queue for s in specs})
-        conn.execute(q["notify"], {"channel": self.channel, "queues": queues})
-        return [j for j in jobs if j is not None]
+                row = cur.execute(self._queries["unfinished_by_unique_key"], params).fetchone()
+            if row is not None:
+                return _row_to_job(row)
+        raise BrokerUnavailable(
+            f"unique key {spec.unique_key!r} kept changing hands during enqueue; try again"
+        )
 
     # ---- hot path -----------------------------------------------------------------------------
     def claim(
@@ -284,10 +444,14 @@ class PostgresBroker(Broker):
             return []
         token = secrets.randbits(62)
         now = self._now()
-        with self._conn() as conn:
+        # Pipelined: BEGIN, promote and claim travel together; one round trip, then COMMIT.
+        with self._conn() as conn, conn.pipeline():
+            # A claim lost in a server crash only means the job is claimed again later (its
+            # holder's ack is then refused): safe without waiting for the WAL flush.
+            conn.execute("SET LOCAL synchronous_commit = off")
             conn.execute(self._queries["promote_due"], {"now": now})
             rows = conn.execute(self._queries["claim"], {
-                "queues": list(queues), "n": n, "token": token, "lease": lease,
+                "queues": list(dict.fromkeys(queues)), "n": n, "token": token, "lease": lease,
                 "worker": worker_id, "now": now,
             }).fetchall()  # fmt: skip
         claimed = [_claimed_from_row(r, token) for r in rows]
@@ -312,48 +476,58 @@ class PostgresBroker(Broker):
             return []
         finishing = {o.claim for o in outcomes}
         starts = [c for c in started if c not in finishing]
+        written = [*starts, *finishing]
+        try:
+            with self._conn() as conn:
+                done = self._record(conn, starts, outcomes)
+                done |= self._own_writes(conn, [c for c in written if c not in done])
+        except BrokerUnavailable:
+            # Perhaps at COMMIT: whether it was written stays unknown until the caller retries.
+            self._remember(written)
+            raise
+        if any(isinstance(o, Failed) and o.retry_in is not None for o in outcomes):
+            self._subscribers.notify_local()
+        # Any other claim that ended (ack, fail, release, recovery, cancel) is lost for every
+        # later call, its own token included: fencing, as on every broker.
+        lost = [c for c in starts if c not in done]
+        return lost + [o.claim for o in outcomes if o.claim not in done]
+
+    def _record(self, conn: Any, starts: list[Claim], outcomes: Sequence[Outcome]) -> set[Claim]:
+        """The batched writes of ``record``, one statement per kind; returns the claims matched."""
+        q, now = self._queries, self._now()
         acks = [o for o in outcomes if isinstance(o, Succeeded)]
         dead = [o for o in outcomes if isinstance(o, Failed) and o.retry_in is None]
         retries = [o for o in outcomes if isinstance(o, Failed) and o.retry_in is not None]
-        q, now = self._queries, self._now()
-        done: set[int] = set()
+        done: set[Claim] = set()
         params: dict[str, Any]
-        with self._conn() as conn:
-            if starts:
-                done |= {
-                    r[0] for r in conn.execute(q["start"], {**_ids_tokens(starts), "now": now})
-                }
-            if acks:
-                params = {**_ids_tokens([o.claim for o in acks]), "now": now,
-                          "results": [o.result_json for o in acks]}  # fmt: skip
-                done |= {r[0] for r in conn.execute(q["ack"], params)}
-            if dead:
-                params = {**_ids_tokens([o.claim for o in dead]), "now": now,
-                          "errors": [dumps(o.error.to_dict()) for o in dead]}  # fmt: skip
-                done |= {r[0] for r in conn.execute(q["fail_dead"], params)}
-            if retries:
-                params = {**_ids_tokens([o.claim for o in retries]), "now": now,
-                          "errors": [dumps(o.error.to_dict()) for o in retries],
-                          "retry_in": [o.retry_in for o in retries]}  # fmt: skip
-                done |= {r[0] for r in conn.execute(q["fail_retry"], params)}
-            unmatched = [c for c in [*starts, *finishing] if c.job_id not in done]
-            if unmatched:
-                # An outcome retried after a commit of unknown fate finds its own write; a
-                # start may find a transactional task already committed its own ack.
-                settled = conn.execute(q["already_settled"], _ids_tokens(unmatched))
-                done |= {r[0] for r in settled}
+        if starts:
+            done |= _matched(conn.execute(q["start"], {**_ids_tokens(starts), "now": now}))
+        if acks:
+            params = {**_ids_tokens([o.claim for o in acks]), "now": now,
+                      "results": [o.result_json for o in acks]}  # fmt: skip
+            done |= _matched(conn.execute(q["ack"], params))
+        if dead:
+            params = {**_ids_tokens([o.claim for o in dead]), "now": now,
+                      "errors": [dumps(o.error.to_dict()) for o in dead]}  # fmt: skip
+            done |= _matched(conn.execute(q["fail_dead"], params))
         if retries:
-            self._subscribers.notify_local()
-        lost = [c for c in starts if c.job_id not in done]
-        return lost + [o.claim for o in outcomes if o.claim.job_id not in done]
+            params = {**_ids_tokens([o.claim for o in retries]), "now": now,
+                      "errors": [dumps(o.error.to_dict()) for o in retries],
+                      "retry_in": [o.retry_in for o in retries]}  # fmt: skip
+            rows = conn.execute(q["fail_retry"], params).fetchall()
+            done |= _matched(rows)
+            if rows:  # due later: sleeping workers elsewhere recompute their next wake-up
+                self._notify_queues(conn, [r[2] for r in rows])
+        return done
 
     def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
         if not claims:
             return []
         with self._conn() as conn:
             params = {**_ids_tokens(claims), "lease": lease, "now": self._now()}
-            alive = {r[0] for r in conn.execute(self._queries["heartbeat"], params)}
-        return [c for c in claims if c.job_id not in alive]
+            alive = _matched(conn.execute(self._queries["heartbeat"], params))
+            alive |= self._own_writes(conn, [c for c in claims if c not in alive])
+        return [c for c in claims if c not in alive]
 
     def release(self, claims: Sequence[Claim]) -> list[Claim]:
         if not claims:
@@ -361,12 +535,13 @@ class PostgresBroker(Broker):
         with self._conn() as conn:
             rows = conn.execute(self._queries["release"], _ids_tokens(claims)).fetchall()
             if rows:
-                self._notify(conn, [r[1] for r in rows])
-        self._subscribers.notify_local()
-        released = {r[0] for r in rows}
-        return [c for c in claims if c.job_id not in released]
+                self._notify_queues(conn, [r[2] for r in rows])
+        released = _matched(rows)
+        if released:
+            self._subscribers.notify_local()
+        return [c for c in claims if c not in released]
 
-    def _notify(self, conn: Any, queues: Sequence[str]) -> None:
+    def _notify_queues(self, conn: Any, queues: Sequence[str]) -> None:
         conn.execute(
             self._queries["notify"], {"channel": self.channel, "queues": sorted(set(queues))}
         )
@@ -378,8 +553,8 @@ class PostgresBroker(Broker):
             ).fetchall()
             requeued = [r for r in rows if r[1] == "ready"]
             if requeued:
-                self._notify(conn, [r[2] for r in requeued])
-        if rows:
+                self._notify_queues(conn, [r[2] for r in requeued])
+        if requeued:
             self._subscribers.notify_local()
         return Recovery(
             requeued=sorted(JobId(r[0]) for r in requeued),
@@ -387,16 +562,24 @@ class PostgresBroker(Broker):
         )
 
     # ---- transactional completion ---------------------------------------------------------------
-    def ack_on(self, conn: Any, claim: Claim, result_json: str) -> None:
-        """Ack inside the caller's transaction (a transactional task's own connection)."""
+    def ack_on(self, connection: Any, claim: Claim, result_json: str) -> None:
+        """Ack inside the caller's transaction (a transactional task's own connection).
+
+        Commits or rolls back with the caller's writes; LeaseLost if the token is stale."""
         params = {
             "ids": [claim.job_id],
             "tokens": [claim.token],
             "results": [result_json],
             "now": self._now(),
         }
-        if not conn.execute(self._queries["ack"], params).fetchall():
+        with connection.cursor(row_factory=tuple_row) as cur:
+            matched = _matched(cur.execute(self._queries["ack"], params).fetchall())
+        if claim not in matched:
             raise LeaseLost(claim.job_id, claim.token)
+        # The caller's COMMIT may land any moment (or break, fate unknown). Remembered now,
+        # before that commit hands the row to a start or heartbeat of this claim waiting on
+        # its lock: those find the task's own ack, which is no lost lease (own_writes).
+        self._remember([claim])
 
     # ---- operator actions -------------------------------------------------------------------------
     def cancel(self, job_id: int) -> Job:
@@ -413,10 +596,12 @@ class PostgresBroker(Broker):
         return job
 
     def _operator_action(self, query: str, job_id: int) -> Job:
+        if not _fits_bigint(job_id):
+            raise JobNotFound(f"job {job_id} not found")
         with self._conn() as conn:
             row = conn.execute(self._queries[query], {"id": job_id, "now": self._now()}).fetchone()
             if row is not None and query == "revive":
-                self._notify(conn, [row[1]])
+                self._notify_queues(conn, [row[1]])
             current = None
             if row is None:
                 current = conn.execute(self._queries["get_job"], {"id": job_id}).fetchone()
@@ -429,7 +614,7 @@ class PostgresBroker(Broker):
 
     # ---- read side -----------------------------------------------------------------------------------
     def get_job(self, job_id: int) -> Job | None:
-        if not -(2**63) <= job_id < 2**63:
+        if not _fits_bigint(job_id):
             return None
         with self._conn() as conn:
             row = conn.execute(self._queries["get_job"], {"id": job_id}).fetchone()
@@ -460,22 +645,17 @@ class PostgresBroker(Broker):
     def prune(self, retention: Retention, batch: int = 1000) -> int:
         """Delete finished jobs older than their retention, one small batch per transaction.
 
-        One pruner at a time: the others find the advisory lock taken and return 0.
+        Pruners may run at once: each batch locks its rows with SKIP LOCKED, so two pruners
+        delete disjoint rows and each counts only its own deletions.
         """
         deleted = 0
         for state, older_than in retention.by_state().items():
             while True:
                 with self._conn() as conn:
-                    got = conn.execute(
-                        "SELECT pg_try_advisory_xact_lock(hashtext(%s))",
-                        (f"sluicegate-prune:{self.schema}",),
-                    ).fetchone()
-                    if not got[0]:
-                        return deleted
-                    cur = conn.execute(self._queries["prune"], {
-                        "state": state.value, "older_than": older_than, "batch": batch, "now": self._now(),
-                    })  # fmt: skip
-                    count = cur.rowcount
+                    count = conn.execute(self._queries["prune"], {
+                        "state": state.value, "older_than": older_than, "batch": batch,
+                        "now": self._now(),
+                    }).rowcount  # fmt: skip
                 deleted += count
                 if count < batch:
                     break
@@ -483,24 +663,38 @@ class PostgresBroker(Broker):
 
     # ---- wake-ups ------------------------------------------------------------------------------------------
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
-        return self._subscribers.add(callback)
+        """Also waits (at most LISTEN_WAIT s) until LISTEN is in place, so that an enqueue
+        from anywhere after this returns is seen."""
+        unsubscribe = self._subscribers.add(callback)
+        self._listening.wait(LISTEN_WAIT)
+        return unsubscribe
 
     def _listen_loop(self, stop: threading.Event, fire: Callable[[], None]) -> None:
-        """LISTEN on a dedicated connection; reconnect with capped, jittered backoff."""
+        """LISTEN on a dedicated connection. Fires once each time LISTEN is (re)established
+        (for what committed while nobody listened) and every poll_interval while it is down
+        (polling fallback); reconnects with capped, jittered backoff."""
         delay = 0.0
-        while not stop.is_set():
-            try:
-                with psycopg.connect(self.dsn, autocommit=True, **CONNECT_DEFAULTS) as conn:
-                    conn.execute(f"LISTEN {self.channel}")
-                    if delay:
-                        log.info("LISTEN connection restored")
-                        fire()  # anything enqueued while we were away
-                    delay = 0.0
-                    while not stop.is_set():
-                        for _ in conn.notifies(timeout=0.5, stop_after=1):
-                            fire()
-            except psycopg.Error as exc:
-                if delay == 0.0:
-                    log.warning("LISTEN connection lost (%s); polling until it is back", exc)
-                delay = min(max(delay * 2, 0.1), 5.0)
-                stop.wait(delay * random.uniform(0.5, 1.0))
+        try:
+            while not stop.is_set():
+                try:
+                    with psycopg.connect(self.dsn, autocommit=True, **CONNECT_DEFAULTS) as conn:
+                        conn.execute(f'LISTEN "{self.channel}"')
+                        if delay:
+                            log.info("LISTEN connection restored")
+                        delay = 0.0
+                        fire()
+                        self._listening.set()
+                        while not stop.is_set():
+                            for _ in conn.notifies(timeout=0.2, stop_after=1):
+                                fire()
+                except psycopg.Error as exc:
+                    self._listening.clear()
+                    if delay == 0.0:
+                        log.warning("LISTEN connection lost (%s); polling until it is back", exc)
+                    delay = min(max(delay * 2, 0.1), 5.0)
+                    until = time.monotonic() + delay * random.uniform(0.5, 1.0)
+                    while not stop.is_set() and (left := until - time.monotonic()) > 0:
+                        stop.wait(min(left, self.poll_interval))
+                        fire()
+        finally:
+            self._listening.clear()

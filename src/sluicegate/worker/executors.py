@@ -1,28 +1,35 @@
-"""Concurrency models behind one interface.
+"""Concurrency models behind one interface: thread, async (one event loop), process.
 
 An executor runs work items in its slots and reports back through two callbacks;
-it never talks to the broker (the worker's main thread does all broker I/O). This
-issue ships the thread model; process and async models plug in here.
+it never talks to the broker about leases (the worker's main thread does all
+heartbeats, acks and claims).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..job import ClaimedJob
 from ..outcomes import Report
+from ..retry import RetryPolicy
 
 Work = Callable[[], Report]
 
 
 @dataclass(frozen=True, slots=True)
 class WorkItem:
+    """One job to run. ``run`` runs it here (thread model); ``arun`` is its coroutine form
+    (async model); process pools send ``claimed`` to a child, which looks up the task."""
+
     claimed: ClaimedJob
     run: Work
+    arun: Callable[[], Coroutine[Any, Any, Report]] | None = None
+    timeout: float | None = None
+    policy: RetryPolicy | None = None  # for failures decided outside the task (a dead child)
 
 
 StartCallback = Callable[[WorkItem], None]
@@ -73,7 +80,15 @@ class ThreadExecutor:
             self._queue.put(None)
 
 
-def make_executor(model: str, name: str, slots: int) -> Executor:
+def make_executor(model: str, name: str, slots: int, **options: Any) -> Executor:
     if model == "thread":
         return ThreadExecutor(name, slots)
+    if model == "async":
+        from .aio import AsyncExecutor
+
+        return AsyncExecutor(name, slots, **options)
+    if model == "process":
+        from .processes import ProcessExecutor
+
+        return ProcessExecutor(name, slots, **options)
     raise ValueError(f"unknown concurrency model {model!r}")

@@ -13,7 +13,7 @@ from ..errors import ConfigError
 from ..job import Claim, ClaimedJob
 from ..names import check_name
 
-MODELS = ("thread",)
+MODELS = ("thread", "async", "process")
 MAX_SLOTS = 10_000
 SPEC_FORMAT = "NAME=QUEUE[,QUEUE...]:SLOTS[:MODEL]"
 
@@ -24,6 +24,8 @@ class PoolSpec:
     queues: tuple[str, ...]
     slots: int
     model: str = "thread"
+    max_jobs_per_child: int = 1000  # process model: recycle a child after this many jobs
+    max_memory_mb: float | None = None  # process model: recycle above, and hard cap, per child
 
     def __post_init__(self) -> None:
         check_name("pool", self.name)

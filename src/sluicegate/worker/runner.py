@@ -5,6 +5,7 @@ Pure apart from calling the task: the retry decision comes from retry.decide.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ..brokers import Broker
@@ -48,6 +49,30 @@ def run_transactional(
     except LeaseLost:
         return Settled(claimed.claim, lease_lost=True)
     except BaseException as exc:
+        retry_in = decide(policy, job.attempts, job.max_attempts, exc)
+        return Failed(claimed.claim, error_info(exc), retry_in)
+    finally:
+        reset_current(token)
+
+
+async def run_job_async(
+    fn: Any, policy: RetryPolicy, claimed: ClaimedJob, result_limit: int, timeout: float | None
+) -> Outcome:
+    """Await a coroutine task; ``timeout`` cancels it and fails the attempt."""
+    job = claimed.job
+    token = set_current(job)
+    deadline = asyncio.timeout(timeout)
+    try:
+        async with deadline:
+            value = await fn(*job.args, **job.kwargs)
+        return Succeeded(claimed.claim, encode_result(value, result_limit))
+    except TimeoutError as exc:
+        if deadline.expired():
+            return timed_out(policy, claimed, timeout or 0.0)
+        return Failed(
+            claimed.claim, error_info(exc), decide(policy, job.attempts, job.max_attempts, exc)
+        )
+    except BaseException as exc:  # includes CancelledError from a stopping loop
         retry_in = decide(policy, job.attempts, job.max_attempts, exc)
         return Failed(claimed.claim, error_info(exc), retry_in)
     finally:

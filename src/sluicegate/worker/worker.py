@@ -27,12 +27,14 @@ from ..brokers import Broker, Retention
 from ..codec import DEFAULT_PAYLOAD_LIMIT
 from ..errors import ConfigError
 from ..job import Claim, ClaimedJob
+from ..loading import app_path
 from ..outcomes import Failed, Outcome, Report, Settled, Succeeded
 from .executors import Executor, WorkItem, make_executor
 from .leases import LeaseKeeper
 from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools
 from .pruner import Pruner
-from .runner import refused, run_job, run_transactional, timed_out
+from .routing import check_tasks_fit, model_mismatch
+from .runner import refused, run_job, run_job_async, run_transactional, timed_out
 
 if TYPE_CHECKING:
     from ..app import App
@@ -89,12 +91,7 @@ class Worker:
         self.app = app
         self.broker = broker or app.broker
         self.pools = [PoolState(spec) for spec in check_pools(list(pools or [DEFAULT_POOL]))]
-        for task in app.tasks.values():
-            if task.options.transactional and not self.broker.supports_transactions:
-                raise ConfigError(
-                    f"task {task.name!r} is transactional, which needs the postgresql:// broker "
-                    f"(this worker uses {self.broker.url})"
-                )
+        check_tasks_fit(app, [p.spec for p in self.pools], self.broker.supports_transactions)
         self.lease = lease
         self.shutdown_timeout = shutdown_timeout
         self.burst = burst
@@ -143,7 +140,12 @@ class Worker:
     def run(self) -> None:
         """Serve until stopped; on return every held job is acked, failed or released."""
         for pool in self.pools:
-            executor = make_executor(pool.spec.model, pool.spec.name, pool.spec.slots)
+            executor = make_executor(
+                pool.spec.model,
+                pool.spec.name,
+                pool.spec.slots,
+                **self._executor_options(pool.spec),
+            )
             executor.start(self._on_start, self._on_done)
             self._executors[pool.spec.name] = executor
         unsubscribe = self.broker.subscribe(self._on_wakeup)
@@ -214,6 +216,14 @@ class Worker:
             if self._next_due is not None:
                 timers.append(self._next_due - now)
         return max(min(timers), 0.001)
+
+    def _executor_options(self, spec: PoolSpec) -> dict[str, object]:
+        if spec.model == "process":
+            return {
+                "app_path": app_path(self.app), "max_jobs_per_child": spec.max_jobs_per_child,
+                "max_memory_mb": spec.max_memory_mb, "result_limit": self.result_limit,
+            }  # fmt: skip
+        return {}
 
     def _describe(self) -> str:
         return ", ".join(
@@ -387,15 +397,27 @@ class Worker:
             kind = "CorruptJob" if claimed.problem else "UnknownTask"
             self._pending.append(refused(claimed, kind, reason))
             return
+        model = pool.spec.model
+        mismatch = model_mismatch(task, model)
+        if mismatch is not None:  # routed here by a per-enqueue queue override
+            self._pending.append(
+                refused(claimed, "WrongPoolModel", f"{mismatch} (pool {pool.spec.name!r})")
+            )
+            return
         timeout = task.options.timeout
-        flight = InFlight(pool, claimed, time.monotonic() + timeout if timeout else None)
-        self._inflight[claim] = flight
+        # Thread timeouts are soft and kept here; async and process executors enforce their own.
+        soft = time.monotonic() + timeout if timeout and model == "thread" else None
+        self._inflight[claim] = InFlight(pool, claimed, soft)
         pool.busy[claim] = claimed
         fn, policy, limit, broker = task.fn, task.options.retry, self.result_limit, self.broker
         if task.options.transactional:
             item = WorkItem(claimed, lambda: run_transactional(fn, policy, claimed, limit, broker))
         else:
-            item = WorkItem(claimed, lambda: run_job(fn, policy, claimed, limit))
+            item = WorkItem(
+                claimed, lambda: run_job(fn, policy, claimed, limit),
+                arun=lambda: run_job_async(fn, policy, claimed, limit, timeout),
+                timeout=timeout, policy=policy,
+            )  # fmt: skip
         self._executors[pool.spec.name].submit(item)
 
     def _abandon(self, claim: Claim) -> None:

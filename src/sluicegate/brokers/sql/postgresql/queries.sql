@@ -1,7 +1,12 @@
 -- Named SQL blocks for the PostgreSQL broker. A block starts with "-- name: NAME".
+-- Batched writes take arrays of (job id, fencing token) and RETURN the pairs they matched:
+-- a claim is done only if its own token matched, never because its job id did. Only a
+-- claim's own start and outcomes leave its token on the row; release, recovery and cancel
+-- clear it (see own_writes).
 -- {schema} is the validated schema; {held}, {unfinished}, ... are state lists taken from
--- sluicegate.job's transition table. {now} is the database clock, coalesce(%(now)s, now()):
--- tests may pass a time in, production passes NULL so leases never depend on a worker's clock.
+-- sluicegate.job's transition table. {now} is the database clock,
+-- coalesce(%(now)s, statement_timestamp()): tests may pass a time in, production passes NULL
+-- so leases never depend on a worker's clock.
 
 -- name: insert_job
 INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
@@ -90,7 +95,7 @@ WHERE state = 'scheduled' AND queue = ANY(%(queues)s);
 UPDATE {schema}.jobs AS j SET state = 'running', started_at = {now}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
 WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({start_from})
-RETURNING j.id;
+RETURNING j.id, c.token;
 
 -- name: ack
 UPDATE {schema}.jobs AS j
@@ -99,7 +104,7 @@ SET state = 'succeeded', result = c.result, finished_at = {now},
     lease_expires_at = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[]) AS c(id, token, result)
 WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
-RETURNING j.id;
+RETURNING j.id, c.token;
 
 -- name: fail_retry
 UPDATE {schema}.jobs AS j
@@ -109,7 +114,7 @@ SET state = 'scheduled', run_at = {now} + make_interval(secs => c.retry_in),
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[], %(retry_in)s::float8[])
      AS c(id, token, error, retry_in)
 WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
-RETURNING j.id;
+RETURNING j.id, c.token, j.queue;
 
 -- name: fail_dead
 UPDATE {schema}.jobs AS j
@@ -117,30 +122,32 @@ SET state = 'dead', last_error = c.error, finished_at = {now}, lease_expires_at 
     started_at = CASE WHEN j.state = 'running' THEN j.started_at ELSE {now} END
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[]) AS c(id, token, error)
 WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
-RETURNING j.id;
+RETURNING j.id, c.token;
 
--- name: already_settled
--- After a commit whose fate was unknown, a retried outcome may find its own earlier write:
--- same token, no longer held. Those are done, not lost.
-SELECT j.id FROM {schema}.jobs AS j
+-- name: own_writes
+-- Claims whose earlier write from this handle may have landed unseen: its COMMIT lost the
+-- connection (fate unknown), or ack_on made it in the caller's transaction. A row that
+-- still carries the claim's token, in a state only that claim's own start or outcome leads
+-- to, holds that write: the claim is done, not lost. Nothing else leaves a token behind.
+SELECT j.id, c.token FROM {schema}.jobs AS j
 JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
   ON j.id = c.id AND j.lease_token = c.token
-WHERE j.state IN ('succeeded', 'dead', 'scheduled');
+WHERE j.state IN ('running', 'succeeded', 'dead', 'scheduled');
 
 -- name: heartbeat
 UPDATE {schema}.jobs AS j SET lease_expires_at = {now} + make_interval(secs => %(lease)s)
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
 WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
-RETURNING j.id;
+RETURNING j.id, c.token;
 
 -- name: release
 -- Shutdown hands the job back: the attempt charged at claim is refunded.
 UPDATE {schema}.jobs AS j
 SET state = 'ready', attempts = greatest(j.attempts - 1, 0), lease_expires_at = NULL,
-    worker_id = NULL
+    worker_id = NULL, lease_token = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
 WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
-RETURNING j.id, j.queue;
+RETURNING j.id, c.token, j.queue;
 
 -- name: recover_expired
 -- Expired leases: back to ready (the attempt stays charged) or dead when attempts are
@@ -155,7 +162,7 @@ WITH expired AS (
 UPDATE {schema}.jobs AS j
 SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
     finished_at = CASE WHEN j.attempts >= j.max_attempts THEN {now} ELSE NULL END,
-    lease_expires_at = NULL,
+    lease_expires_at = NULL, lease_token = NULL,
     worker_id = CASE WHEN j.attempts >= j.max_attempts THEN j.worker_id ELSE NULL END,
     last_error = json_build_object('type', 'WorkerLost', 'traceback', '',
         'message', 'worker lost: lease of worker ' || coalesce(j.worker_id, '?')
@@ -165,14 +172,15 @@ WHERE j.id = expired.id
 RETURNING j.id, j.state, j.queue;
 
 -- name: cancel
-UPDATE {schema}.jobs SET state = 'cancelled', finished_at = {now}, lease_expires_at = NULL
+UPDATE {schema}.jobs
+SET state = 'cancelled', finished_at = {now}, lease_expires_at = NULL, lease_token = NULL
 WHERE id = %(id)s AND state IN ({cancel_from})
 RETURNING {job_columns};
 
 -- name: revive
 UPDATE {schema}.jobs
 SET state = 'ready', attempts = 0, run_at = {now}, finished_at = NULL,
-    lease_expires_at = NULL, worker_id = NULL
+    lease_expires_at = NULL, worker_id = NULL, lease_token = NULL
 WHERE id = %(id)s AND state IN ({revive_from})
 RETURNING {job_columns};
 

@@ -1,0 +1,99 @@
+"""The async model: one event loop, in its own thread, running N coroutine tasks at once.
+
+A task's ``timeout`` cancels its coroutine. A task that blocks the loop (a sync call
+inside a coroutine) is reported by a watchdog that names it; it cannot stop the
+worker's heartbeats, which run on the main thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import threading
+import time
+
+from ..outcomes import Report
+from .executors import DoneCallback, StartCallback, WorkItem
+
+log = logging.getLogger("sluicegate.worker")
+
+TICK = 0.05  # how often the loop proves it is alive
+BLOCKED_AFTER = 0.5  # seconds without a tick before a blocked loop is reported
+
+
+class AsyncExecutor:
+    def __init__(self, name: str, slots: int, blocked_after: float = BLOCKED_AFTER) -> None:
+        self.name = name
+        self.slots = slots
+        self.blocked_after = blocked_after
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._serve, name=f"sluicegate-{name}-loop", daemon=True
+        )
+        self._watchdog = threading.Thread(
+            target=self._watch, name=f"sluicegate-{name}-watchdog", daemon=True
+        )
+        self._last_tick = time.monotonic()
+        self._running: dict[int, str] = {}  # job id -> task name, for the blocked-loop report
+        self._stop = threading.Event()
+        self._on_start: StartCallback | None = None
+        self._on_done: DoneCallback | None = None
+
+    def start(self, on_start: StartCallback, on_done: DoneCallback) -> None:
+        self._on_start, self._on_done = on_start, on_done
+        self._thread.start()
+        self._watchdog.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._tick)
+        self.loop.run_forever()
+
+    def _tick(self) -> None:
+        self._last_tick = time.monotonic()
+        if not self._stop.is_set():
+            self.loop.call_later(TICK, self._tick)
+
+    def submit(self, item: WorkItem) -> None:
+        asyncio.run_coroutine_threadsafe(self._run(item), self.loop)
+
+    async def _run(self, item: WorkItem) -> None:
+        assert self._on_start is not None and self._on_done is not None and item.arun is not None
+        job = item.claimed.job
+        self._running[job.id] = job.task
+        self._on_start(item)
+        try:
+            report: Report = await item.arun()
+        finally:
+            self._running.pop(job.id, None)
+        self._on_done(item, report)
+
+    def _watch(self) -> None:
+        """Report a loop that stopped ticking, naming the task whose code is on its stack."""
+        reported = False
+        while not self._stop.wait(TICK * 2):
+            stalled = time.monotonic() - self._last_tick
+            if stalled < self.blocked_after:
+                reported = False
+                continue
+            if not reported:
+                reported = True
+                log.warning(
+                    "pool %s: task %s blocked the event loop for %.1f s (a sync call in a "
+                    "coroutine?); other async jobs in this pool are stalled",
+                    self.name, self._blocking_task(), stalled,
+                )  # fmt: skip
+
+    def _blocking_task(self) -> str:
+        frame = sys._current_frames().get(self._thread.ident or -1)
+        names = set(self._running.values())
+        while frame is not None:
+            if frame.f_code.co_name in names:
+                return repr(frame.f_code.co_name)
+            frame = frame.f_back
+        return "of " + (", ".join(sorted(names)) or "(unknown)")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.loop.call_soon_threadsafe(self.loop.stop)

@@ -1,0 +1,264 @@
+"""The process model: prefork children, one per slot, for CPU-bound work.
+
+The parent does all broker I/O; a child only runs tasks. Messages are JSON over a pipe
+(nothing is pickled). A child's death (exception exit, ``os._exit``, a segfault, the
+OOM killer) fails that attempt with the exit code or signal and the child is
+replaced. ``timeout`` is hard: the child is killed. Children are recycled after
+``max_jobs_per_child`` jobs or when their memory passes ``max_memory_mb`` (which is
+also their address-space limit, so a runaway allocation fails inside the child).
+Children die with the worker (PR_SET_PDEATHSIG, and EOF on their pipe).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..codec import DEFAULT_PAYLOAD_LIMIT, dumps, loads
+from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobState
+from ..outcomes import Failed, Outcome, Report, Succeeded
+from ..retry import RetryPolicy, decide, plain_error
+from .executors import DoneCallback, StartCallback, WorkItem
+
+log = logging.getLogger("sluicegate.worker")
+_ctx = multiprocessing.get_context("spawn")
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: EOF on the pipe still ends the child
+        pass
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def child_main(
+    app_path: str, conn: Connection, max_memory_mb: float | None, result_limit: int
+) -> None:
+    """A child's life: import the app, then run one job per message until told to stop."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when children stop
+    if max_memory_mb:
+        import resource
+
+        limit = int(max_memory_mb * 1024 * 1024)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    from ..loading import load_app
+    from .runner import run_job
+
+    app = load_app(app_path)
+    while True:
+        try:
+            message = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        request = loads(message.decode())
+        if request is None:
+            return
+        job = Job.from_fields(
+            id=JobId(request["id"]), task=request["task"], queue=request["queue"],
+            state=JobState.RUNNING, args=request["args"], kwargs=request["kwargs"],
+            attempts=request["attempts"], max_attempts=request["max_attempts"],
+        )  # fmt: skip
+        claimed = ClaimedJob(Claim(job.id, request["token"]), job)
+        task = app.tasks[job.task]
+        outcome = run_job(task.fn, task.options.retry, claimed, result_limit)
+        if isinstance(outcome, Succeeded):
+            reply: dict[str, Any] = {"ok": True, "result": outcome.result_json}
+        else:
+            reply = {"ok": False, "error": outcome.error.to_dict(), "retry_in": outcome.retry_in}
+        reply["rss"] = _rss_bytes()
+        conn.send_bytes(dumps(reply).encode())
+
+
+@dataclass(slots=True)
+class Child:
+    process: Any  # multiprocessing.Process from the spawn context
+    conn: Connection
+    jobs_done: int = 0
+    item: WorkItem | None = None
+    deadline: float | None = None
+
+
+def death_reason(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "child process vanished"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"child process killed by {name}"
+    return f"child process exited with code {exitcode}"
+
+
+class ProcessExecutor:
+    def __init__(
+        self, name: str, slots: int, app_path: str, max_jobs_per_child: int = 1000,
+        max_memory_mb: float | None = None, result_limit: int = DEFAULT_PAYLOAD_LIMIT,
+    ) -> None:  # fmt: skip
+        self.name = name
+        self.slots = slots
+        self.app_path = app_path
+        self.max_jobs_per_child = max_jobs_per_child
+        self.max_memory_mb = max_memory_mb
+        self.result_limit = result_limit
+        self.replaced = 0
+        self._children: list[Child] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake_r, self._wake_w = _ctx.Pipe(duplex=False)
+        self._monitor = threading.Thread(
+            target=self._watch, name=f"sluicegate-{name}-children", daemon=True
+        )
+        self._on_start: StartCallback | None = None
+        self._on_done: DoneCallback | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------
+    def start(self, on_start: StartCallback, on_done: DoneCallback) -> None:
+        self._on_start, self._on_done = on_start, on_done
+        self._children = [self._spawn() for _ in range(self.slots)]
+        self._monitor.start()
+
+    def _spawn(self) -> Child:
+        parent_end, child_end = _ctx.Pipe()
+        process = _ctx.Process(
+            target=child_main, args=(self.app_path, child_end, self.max_memory_mb, self.result_limit),
+            name=f"sluicegate-{self.name}", daemon=True,
+        )  # fmt: skip
+        process.start()
+        child_end.close()
+        return Child(process, parent_end)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake_w.send_bytes(b"x")
+        with self._lock:
+            children = list(self._children)
+        for child in children:
+            self._end(child)
+
+    def _end(self, child: Child) -> None:
+        with contextlib.suppress(OSError):
+            child.conn.send_bytes(b"null")
+        child.process.join(timeout=0.5 if child.item is None else 0)
+        if child.process.is_alive():
+            child.process.kill()
+            child.process.join(timeout=2)
+        child.conn.close()
+
+    # ---- work ------------------------------------------------------------------------
+    def submit(self, item: WorkItem) -> None:
+        job = item.claimed.job
+        request = {
+            "id": job.id, "task": job.task, "queue": job.queue, "args": job.args,
+            "kwargs": job.kwargs, "attempts": job.attempts, "max_attempts": job.max_attempts,
+            "token": item.claimed.claim.token,
+        }  # fmt: skip
+        with self._lock:
+            child = next(c for c in self._children if c.item is None)
+            child.item = item
+            child.deadline = time.monotonic() + item.timeout if item.timeout else None
+            assert self._on_start is not None
+            self._on_start(item)
+            child.conn.send_bytes(dumps(request).encode())
+        self._wake_w.send_bytes(b"x")  # the monitor recomputes its deadline
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                conns = {c.conn: c for c in self._children}
+                sentinels = {c.process.sentinel: c for c in self._children}
+                deadlines = [c.deadline for c in self._children if c.deadline is not None]
+            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+            ready = multiprocessing.connection.wait([*conns, *sentinels, self._wake_r], timeout)
+            if self._stop.is_set():
+                return
+            for handle in ready:
+                if handle is self._wake_r:
+                    self._wake_r.recv_bytes()
+                elif handle in conns:
+                    self._reply(conns[handle])
+                elif handle in sentinels:
+                    child = sentinels[handle]
+                    child.process.join(timeout=1)  # the pipe closes a moment before the exit status
+                    self._replace(child, death_reason(child.process.exitcode))
+            self._enforce_deadlines()
+
+    def _reply(self, child: Child) -> None:
+        try:
+            reply = loads(child.conn.recv_bytes().decode())
+        except (EOFError, OSError):
+            child.process.join(timeout=1)
+            self._replace(child, death_reason(child.process.exitcode))
+            return
+        item = child.item
+        child.item, child.deadline = None, None
+        child.jobs_done += 1
+        if item is not None:
+            self._finish(item, self._outcome(item, reply))
+        over_memory = self.max_memory_mb and reply.get("rss", 0) > self.max_memory_mb * 0.8 * 2**20
+        if child.jobs_done >= self.max_jobs_per_child or over_memory:
+            self._replace(child, None)
+
+    def _outcome(self, item: WorkItem, reply: dict[str, Any]) -> Outcome:
+        claim = item.claimed.claim
+        if reply["ok"]:
+            return Succeeded(claim, reply["result"])
+        return Failed(claim, ErrorInfo.from_dict(reply["error"]), reply["retry_in"])
+
+    def _enforce_deadlines(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            late = [c for c in self._children if c.deadline is not None and now >= c.deadline]
+        for child in late:
+            timeout = child.item.timeout if child.item else 0
+            child.process.kill()
+            child.process.join(timeout=2)
+            self._replace(child, f"timed out after {timeout:g} s")
+
+    def _replace(self, child: Child, reason: str | None) -> None:
+        """Fail the child's job (if any) with ``reason``, then start a fresh child."""
+        with self._lock:
+            if child not in self._children:
+                return
+            self._children.remove(child)
+        item = child.item
+        if item is not None and reason is not None:
+            job = item.claimed.job
+            kind = "TimeoutError" if reason.startswith("timed out") else "ChildProcessError"
+            retry_in = decide(item.policy or RetryPolicy(), job.attempts, job.max_attempts, None)
+            self._finish(item, Failed(item.claimed.claim, plain_error(kind, reason), retry_in))
+            log.warning("pool %s: job %s (%s) failed: %s", self.name, job.id, job.task, reason)
+        if child.process.is_alive():
+            self._end(child)
+        else:
+            child.conn.close()
+        if self._stop.is_set():
+            return
+        fresh = self._spawn()
+        with self._lock:
+            self._children.append(fresh)
+            self.replaced += 1
+
+    def _finish(self, item: WorkItem, report: Report) -> None:
+        assert self._on_done is not None
+        self._on_done(item, report)
