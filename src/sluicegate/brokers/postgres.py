@@ -442,20 +442,47 @@ class PostgresBroker(Broker):
     ) -> list[ClaimedJob]:
         if n <= 0 or not queues:
             return []
-        token = secrets.randbits(62)
-        now = self._now()
         # Pipelined: BEGIN, promote and claim travel together; one round trip, then COMMIT.
         with self._conn() as conn, conn.pipeline():
             # A claim lost in a server crash only means the job is claimed again later (its
             # holder's ack is then refused): safe without waiting for the WAL flush.
             conn.execute("SET LOCAL synchronous_commit = off")
-            conn.execute(self._queries["promote_due"], {"now": now})
-            rows = conn.execute(self._queries["claim"], {
-                "queues": list(dict.fromkeys(queues)), "n": n, "token": token, "lease": lease,
-                "worker": worker_id, "now": now,
-            }).fetchall()  # fmt: skip
+            return self._claim_on(conn, queues, n, lease, worker_id)
+
+    def _claim_on(
+        self, conn: Any, queues: Sequence[str], n: int, lease: float, worker_id: str
+    ) -> list[ClaimedJob]:
+        token, now = secrets.randbits(62), self._now()
+        conn.execute(self._queries["promote_due"], {"now": now})
+        rows = conn.execute(self._queries["claim"], {
+            "queues": list(dict.fromkeys(queues)), "n": n, "token": token, "lease": lease,
+            "worker": worker_id, "now": now,
+        }).fetchall()  # fmt: skip
         claimed = [_claimed_from_row(r, token) for r in rows]
         return sorted(claimed, key=lambda c: (c.job.priority, c.job.run_at, c.job.id))
+
+    def record_and_claim(
+        self, started: Sequence[Claim], outcomes: Sequence[Outcome], queues: Sequence[str],
+        n: int, lease: float, worker_id: str,
+    ) -> tuple[list[Claim], list[ClaimedJob]]:  # fmt: skip
+        """One transaction (and one commit) for the worker's common turn."""
+        if n <= 0 or not queues:
+            return self.record(started, outcomes), []
+        finishing = {o.claim for o in outcomes}
+        starts = [c for c in started if c not in finishing]
+        written = [*starts, *finishing]
+        try:
+            with self._conn() as conn, conn.pipeline():
+                done = self._record(conn, starts, outcomes)
+                done |= self._own_writes(conn, [c for c in written if c not in done])
+                claimed = self._claim_on(conn, queues, n, lease, worker_id)
+        except BrokerUnavailable:
+            self._remember(written)
+            raise
+        if any(isinstance(o, Failed) and o.retry_in is not None for o in outcomes):
+            self._subscribers.notify_local()
+        lost = [c for c in starts if c not in done]
+        return lost + [o.claim for o in outcomes if o.claim not in done], claimed
 
     def has_work(self, queues: Sequence[str]) -> bool:
         with self._conn() as conn:
