@@ -15,7 +15,7 @@ from ..names import check_name
 
 MODELS = ("thread", "async", "process")
 MAX_SLOTS = 10_000
-SPEC_FORMAT = "NAME=QUEUE[,QUEUE...]:SLOTS[:MODEL]"
+SPEC_FORMAT = "NAME=QUEUE[*WEIGHT][,QUEUE[*WEIGHT]...]:SLOTS[:MODEL]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,7 @@ class PoolSpec:
     model: str = "thread"
     max_jobs_per_child: int = 1000  # process model: recycle a child after this many jobs
     max_memory_mb: float | None = None  # process model: recycle above, and hard cap, per child
+    weights: tuple[int, ...] | None = None  # per queue; None: one claim order over all queues
 
     def __post_init__(self) -> None:
         check_name("pool", self.name)
@@ -37,6 +38,10 @@ class PoolSpec:
             raise ConfigError(f"pool {self.name!r}: slots must be an integer")
         if not 1 <= self.slots <= MAX_SLOTS:
             raise ConfigError(f"pool {self.name!r}: slots must be between 1 and {MAX_SLOTS}")
+        if self.weights is not None and (
+            len(self.weights) != len(self.queues) or any(w < 1 for w in self.weights)
+        ):
+            raise ConfigError(f"pool {self.name!r}: one weight >= 1 per queue")
         if self.model not in MODELS:
             raise ConfigError(
                 f"pool {self.name!r}: unknown model {self.model!r} (available: {', '.join(MODELS)})"
@@ -54,7 +59,14 @@ def parse_pool_spec(text: str) -> PoolSpec:
     parts = rest.split(":")
     if len(parts) not in (2, 3) or not parts[0]:
         raise ConfigError(f"malformed pool spec {text!r}: expected {SPEC_FORMAT}")
-    queues = tuple(q.strip() for q in parts[0].split(","))
+    queues_weights = [q.strip().partition("*") for q in parts[0].split(",")]
+    queues = tuple(q for q, _, _ in queues_weights)
+    weights = None
+    if any(star for _, star, _ in queues_weights):
+        try:
+            weights = tuple(int(w) if star else 1 for _, star, w in queues_weights)
+        except ValueError:
+            raise ConfigError(f"malformed pool spec {text!r}: WEIGHT must be an integer") from None
     try:
         slots = int(parts[1])
     except ValueError:
@@ -63,7 +75,7 @@ def parse_pool_spec(text: str) -> PoolSpec:
         ) from None
     model = parts[2] if len(parts) == 3 else "thread"
     try:
-        return PoolSpec(name.strip(), queues, slots, model)
+        return PoolSpec(name.strip(), queues, slots, model, weights=weights)
     except ConfigError as exc:
         raise ConfigError(f"malformed pool spec {text!r}: {exc}") from None
 
@@ -82,9 +94,36 @@ class PoolState:
 
     spec: PoolSpec
     busy: dict[Claim, ClaimedJob] = field(default_factory=dict)
+    passes: dict[str, float] = field(default_factory=dict)  # weighted queues: stride passes
     maybe_more: bool = True  # a wake-up arrived, or the last claim came back full
     backlog: bool = False  # the last claim was full: claim again without probing first
 
     @property
     def free(self) -> int:
         return self.spec.slots - len(self.busy)
+
+    def weight(self, queue: str) -> int:
+        weights = self.spec.weights or (1,) * len(self.spec.queues)
+        return weights[self.spec.queues.index(queue)]
+
+
+def weighted_shares(pool: PoolState, slots: int, empty: set[str]) -> dict[str, int]:
+    """Split ``slots`` free slots among the pool's queues by weight (stride scheduling).
+
+    Each queue has a pass; a slot goes to the queue with the lowest pass, whose pass then
+    grows by 1/weight. Over time queue q gets weight(q)/sum(weights) of the slots, and a
+    queue with work never starves: its pass stays behind until it is picked. Queues found
+    empty this turn are skipped.
+    """
+    live = [q for q in pool.spec.queues if q not in empty]
+    if not live:
+        return {}
+    floor = min((pool.passes[q] for q in live if q in pool.passes), default=0.0)
+    for queue in live:  # a queue seen for the first time (or back from idle) starts level
+        pool.passes[queue] = max(pool.passes.get(queue, floor), floor)
+    shares: dict[str, int] = {}
+    for _ in range(slots):
+        queue = min(live, key=lambda q: (pool.passes[q], pool.spec.queues.index(q)))
+        pool.passes[queue] += 1 / pool.weight(queue)
+        shares[queue] = shares.get(queue, 0) + 1
+    return shares

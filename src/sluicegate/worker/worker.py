@@ -31,7 +31,7 @@ from ..loading import app_path
 from ..outcomes import Failed, Outcome, Report, Settled, Succeeded
 from .executors import Executor, WorkItem, make_executor
 from .leases import LeaseKeeper
-from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools
+from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools, weighted_shares
 from .pruner import Pruner
 from .routing import check_tasks_fit, model_mismatch
 from .runner import refused, run_job, run_job_async, run_transactional, timed_out
@@ -373,13 +373,35 @@ class Worker:
         return next_due
 
     def _claim(self, pool: PoolState, wanted: int) -> list[ClaimedJob]:
-        """Claim for one pool; pending starts and outcomes ride in the same transaction."""
+        """Claim for one pool: one claim order over its queues, or weighted shares."""
+        if pool.spec.weights is None:
+            return self._claim_from(pool.spec.queues, wanted)
+        out: list[ClaimedJob] = []
+        empty: set[str] = set()
+        while wanted > 0:
+            shares = weighted_shares(pool, wanted, empty)
+            if not shares:
+                break
+            for queue, share in shares.items():
+                got = self._claim_from((queue,), share)
+                out.extend(got)
+                wanted -= len(got)
+                if len(got) < share:  # refund the picks it could not use; others get them
+                    pool.passes[queue] -= (share - len(got)) / pool.weight(queue)
+                    empty.add(queue)
+        busy = [pool.passes[q] for q in pool.spec.queues if q not in empty and q in pool.passes]
+        for queue in empty:  # an idle queue earns no credit to burst with later
+            pool.passes[queue] = max(pool.passes.get(queue, 0.0), min(busy, default=0.0))
+        return out
+
+    def _claim_from(self, queues: tuple[str, ...], wanted: int) -> list[ClaimedJob]:
+        """Claim; pending starts and outcomes ride in the same transaction."""
         started, outcomes = self._take_batch()
         if not started and not outcomes:
-            return self.broker.claim(pool.spec.queues, wanted, self.lease, self.worker_id)
+            return self.broker.claim(queues, wanted, self.lease, self.worker_id)
         try:
             lost, claimed = self.broker.record_and_claim(
-                started, outcomes, pool.spec.queues, wanted, self.lease, self.worker_id
+                started, outcomes, queues, wanted, self.lease, self.worker_id
             )
         except Exception:
             self._put_back(started, outcomes)
