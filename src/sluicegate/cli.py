@@ -20,11 +20,13 @@ from rich.table import Table
 
 from .app import BROKER_ENV, App, default_broker_url
 from .brokers.base import DAY, Retention
+from .config import apply_overrides, load_settings
 from .errors import ConfigError, InvalidTransition, JobNotFound, SerializationError, SluicegateError
 from .job import Job, JobState
 from .loading import load_app
 from .worker import Worker, parse_pool_spec
-from .worker.pool import SPEC_FORMAT
+from .worker.pool import DEFAULT_POOL, SPEC_FORMAT
+from .worker.routing import model_mismatch, pools_for
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_USAGE = 2
@@ -119,11 +121,15 @@ def make_retention(succeeded: float, dead: float, cancelled: float) -> Retention
     help=f"A pool as {SPEC_FORMAT} (repeatable), e.g. email=email:3. "
     "Default: one pool 'default' of 10 thread slots over queue 'default'.",
 )  # fmt: skip
-@click.option("--lease", type=float, default=30.0, show_default=True,
+@click.option("--lease", type=float, default=None,
               help="Seconds a claim stays valid without a heartbeat (heartbeats every lease/3); "
-              "also how fast a dead worker's jobs come back.")  # fmt: skip
-@click.option("--shutdown-timeout", type=float, default=30.0, show_default=True,
-              help="On SIGTERM/SIGINT, seconds to let running jobs finish before releasing them.")  # fmt: skip
+              "also how fast a dead worker's jobs come back. [default: 30]")  # fmt: skip
+@click.option("--shutdown-timeout", type=float, default=None,
+              help="On SIGTERM/SIGINT, seconds to let running jobs finish before releasing "
+              "them. [default: 30]")  # fmt: skip
+@click.option("--config", "config_path", metavar="FILE",
+              help="Settings file (default: ./sluicegate.toml, else [tool.sluicegate] in "
+              "./pyproject.toml). Flags override it.")  # fmt: skip
 @click.option("--burst", is_flag=True, help="Exit once the pools' queues have no ready work left.")
 @click.option("--no-prune", is_flag=True, help="Never delete finished jobs from this worker.")
 @retention_options
@@ -132,8 +138,8 @@ def make_retention(succeeded: float, dead: float, cancelled: float) -> Retention
 @broker_option
 @friendly_errors
 def worker(
-    app_target: str, pool_specs: tuple[str, ...], lease: float, shutdown_timeout: float,
-    burst: bool, no_prune: bool, keep_succeeded_days: float, keep_dead_days: float,
+    app_target: str, pool_specs: tuple[str, ...], lease: float | None,
+    shutdown_timeout: float | None, config_path: str | None, burst: bool, no_prune: bool, keep_succeeded_days: float, keep_dead_days: float,
     keep_cancelled_days: float, log_level: str, broker_url: str | None,
 ) -> None:  # fmt: skip
     """Run a worker for MODULE:APP with one or more bounded pools.
@@ -147,7 +153,13 @@ def worker(
     A second signal releases at once. Finished jobs past their retention are pruned
     in the background (one worker at a time on PostgreSQL) unless --no-prune.
     """
-    pools = [parse_pool_spec(spec) for spec in pool_specs] or None
+    settings = load_settings(config_path)
+    pools = [parse_pool_spec(spec) for spec in pool_specs] or settings.pools or None
+    lease = lease if lease is not None else settings.lease or 30.0
+    shutdown_timeout = (
+        shutdown_timeout if shutdown_timeout is not None else settings.shutdown_timeout
+    )
+    shutdown_timeout = 30.0 if shutdown_timeout is None else shutdown_timeout
     if lease <= 0:
         raise ConfigError(f"--lease must be positive, not {lease}")
     if shutdown_timeout < 0:
@@ -156,7 +168,8 @@ def worker(
         level=log_level.upper(), stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )  # fmt: skip
-    app = open_app(broker_url, app_target)
+    app = open_app(broker_url or settings.broker, app_target)
+    apply_overrides(app, settings)
     retention = (
         None
         if no_prune
@@ -167,6 +180,47 @@ def worker(
     )
     runner.install_signal_handlers()
     runner.run()
+
+
+@main.command()
+@click.argument("app_target", metavar="MODULE:APP")
+@click.option("--pool", "pool_specs", multiple=True, metavar="SPEC", help="As for `worker`.")
+@click.option("--config", "config_path", metavar="FILE", help="As for `worker`.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@friendly_errors
+def tasks(
+    app_target: str, pool_specs: tuple[str, ...], config_path: str | None, as_json: bool
+) -> None:
+    """List the app's tasks as a worker with these pools would run them: queue, pool,
+    model and options (config overrides applied)."""
+    settings = load_settings(config_path)
+    app = load_app(app_target)
+    apply_overrides(app, settings)
+    pools = [parse_pool_spec(s) for s in pool_specs] or settings.pools or [DEFAULT_POOL]
+    rows: list[dict[str, Any]] = []
+    for task in sorted(app.tasks.values(), key=lambda t: t.name):
+        served = pools_for(task, pools)
+        o = task.options
+        rows.append({
+            "task": task.name, "queue": o.queue,
+            "pools": [p.name for p in served], "models": [p.model for p in served],
+            "kind": "coroutine" if task.is_coroutine else "function",
+            "max_attempts": o.max_attempts, "timeout": o.timeout, "priority": o.priority,
+            "transactional": o.transactional,
+            "problem": next((m for p in served if (m := model_mismatch(task, p.model))), None)
+            or (None if served else "no pool serves this queue"),
+        })  # fmt: skip
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("task", "queue", "pool", "model", "attempts", "timeout", "priority", "note")
+    for r in rows:
+        table.add_row(
+            r["task"], r["queue"], ",".join(r["pools"]) or "-", ",".join(r["models"]) or "-",
+            str(r["max_attempts"]), f"{r['timeout']:g}s" if r["timeout"] else "-",
+            str(r["priority"]), r["problem"] or ("transactional" if r["transactional"] else ""),
+        )  # fmt: skip
+    Console().print(table)
 
 
 @main.command()

@@ -22,14 +22,18 @@ Every error names the file, the key and what is wrong. CLI flags override the fi
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
 from .names import check_name
 from .worker.pool import PoolSpec
+
+if TYPE_CHECKING:
+    from .app import App
 
 DEFAULT_FILES = ("sluicegate.toml", "pyproject.toml")
 TOP_KEYS = {"broker", "lease", "shutdown_timeout", "pools", "tasks"}
@@ -179,3 +183,16 @@ def _task(path: str, name: str, table: Any) -> TaskOverride:
         queue=queue, max_attempts=r.number("max_attempts", minimum=1, integer=True),
         timeout=r.number("timeout", minimum=0.001), priority=priority,
     )  # fmt: skip
+
+
+def apply_overrides(app: App, settings: Settings) -> None:
+    """Apply ``[tasks.NAME]`` overrides to the app's registered tasks."""
+    for name, override in settings.tasks.items():
+        task = app.tasks.get(name)
+        if task is None:
+            known = ", ".join(sorted(app.tasks)) or "none"
+            raise ConfigError(
+                f"{settings.source}: tasks.{name}: no such task in the app (tasks: {known})"
+            )
+        changes = {k: v for k, v in dataclasses.asdict(override).items() if v is not None}
+        task.options = dataclasses.replace(task.options, **changes)
