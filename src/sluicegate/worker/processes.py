@@ -11,6 +11,7 @@ Children die with the worker (PR_SET_PDEATHSIG, and EOF on their pipe).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import logging
@@ -123,7 +124,8 @@ class ProcessExecutor:
         self.result_limit = result_limit
         self.replaced = 0
         self._children: list[Child] = []
-        self._lock = threading.Lock()
+        self._waiting: collections.deque[WorkItem] = collections.deque()
+        self._lock = threading.RLock()
         self._stop = threading.Event()
         self._wake_r, self._wake_w = _ctx.Pipe(duplex=False)
         self._monitor = threading.Thread(
@@ -167,20 +169,32 @@ class ProcessExecutor:
 
     # ---- work ------------------------------------------------------------------------
     def submit(self, item: WorkItem) -> None:
-        job = item.claimed.job
-        request = {
-            "id": job.id, "task": job.task, "queue": job.queue, "args": job.args,
-            "kwargs": job.kwargs, "attempts": job.attempts, "max_attempts": job.max_attempts,
-            "token": item.claimed.claim.token,
-        }  # fmt: skip
         with self._lock:
-            child = next(c for c in self._children if c.item is None)
+            self._waiting.append(item)
+            self._assign()
+        self._wake_w.send_bytes(b"x")  # the monitor recomputes its deadline
+
+    def _assign(self) -> None:
+        """Hand waiting items to idle children (call with the lock held). An item can wait
+        only for the moment between a child's death being reported and its replacement."""
+        while self._waiting:
+            child = next((c for c in self._children if c.item is None), None)
+            if child is None:
+                return
+            item = self._waiting.popleft()
+            job = item.claimed.job
+            request = {
+                "id": job.id, "task": job.task, "queue": job.queue, "args": job.args,
+                "kwargs": job.kwargs, "attempts": job.attempts, "max_attempts": job.max_attempts,
+                "token": item.claimed.claim.token,
+            }  # fmt: skip
             child.item = item
             child.deadline = time.monotonic() + item.timeout if item.timeout else None
             assert self._on_start is not None
             self._on_start(item)
-            child.conn.send_bytes(dumps(request).encode())
-        self._wake_w.send_bytes(b"x")  # the monitor recomputes its deadline
+            # If the child just died, its sentinel reports the death with this item.
+            with contextlib.suppress(OSError):
+                child.conn.send_bytes(dumps(request).encode())
 
     def _watch(self) -> None:
         while not self._stop.is_set():
@@ -210,14 +224,21 @@ class ProcessExecutor:
             child.process.join(timeout=1)
             self._replace(child, death_reason(child.process.exitcode))
             return
-        item = child.item
-        child.item, child.deadline = None, None
         child.jobs_done += 1
+        over_memory = self.max_memory_mb and reply.get("rss", 0) > self.max_memory_mb * 0.8 * 2**20
+        recycle = child.jobs_done >= self.max_jobs_per_child or bool(over_memory)
+        with self._lock:
+            item, child.item, child.deadline = child.item, None, None
+            if recycle:  # out of the list first, so no new job is handed to it
+                self._children.remove(child)
         if item is not None:
             self._finish(item, self._outcome(item, reply))
-        over_memory = self.max_memory_mb and reply.get("rss", 0) > self.max_memory_mb * 0.8 * 2**20
-        if child.jobs_done >= self.max_jobs_per_child or over_memory:
-            self._replace(child, None)
+        if recycle:
+            self._end(child)
+            self._add_child()
+        else:
+            with self._lock:
+                self._assign()
 
     def _outcome(self, item: WorkItem, reply: dict[str, Any]) -> Outcome:
         claim = item.claimed.claim
@@ -252,12 +273,17 @@ class ProcessExecutor:
             self._end(child)
         else:
             child.conn.close()
+        self._add_child()
+
+    def _add_child(self) -> None:
+        """Bring the pool back to its configured size and give the newcomer waiting work."""
         if self._stop.is_set():
             return
         fresh = self._spawn()
         with self._lock:
             self._children.append(fresh)
             self.replaced += 1
+            self._assign()
 
     def _finish(self, item: WorkItem, report: Report) -> None:
         assert self._on_done is not None
