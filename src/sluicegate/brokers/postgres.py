@@ -468,21 +468,7 @@ class PostgresBroker(Broker):
         """One transaction (and one commit) for the worker's common turn."""
         if n <= 0 or not queues:
             return self.record(started, outcomes), []
-        finishing = {o.claim for o in outcomes}
-        starts = [c for c in started if c not in finishing]
-        written = [*starts, *finishing]
-        try:
-            with self._conn() as conn, conn.pipeline():
-                done = self._record(conn, starts, outcomes)
-                done |= self._own_writes(conn, [c for c in written if c not in done])
-                claimed = self._claim_on(conn, queues, n, lease, worker_id)
-        except BrokerUnavailable:
-            self._remember(written)
-            raise
-        if any(isinstance(o, Failed) and o.retry_in is not None for o in outcomes):
-            self._subscribers.notify_local()
-        lost = [c for c in starts if c not in done]
-        return lost + [o.claim for o in outcomes if o.claim not in done], claimed
+        return self._record_txn(started, outcomes, (queues, n, lease, worker_id))
 
     def has_work(self, queues: Sequence[str]) -> bool:
         with self._conn() as conn:
@@ -501,13 +487,23 @@ class PostgresBroker(Broker):
     def record(self, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> list[Claim]:
         if not started and not outcomes:
             return []
+        return self._record_txn(started, outcomes, None)[0]
+
+    def _record_txn(
+        self, started: Sequence[Claim], outcomes: Sequence[Outcome],
+        claim: tuple[Sequence[str], int, float, str] | None,
+    ) -> tuple[list[Claim], list[ClaimedJob]]:  # fmt: skip
+        """Record starts and outcomes (and claim, if asked) in one pipelined transaction."""
         finishing = {o.claim for o in outcomes}
         starts = [c for c in started if c not in finishing]
         written = [*starts, *finishing]
+        claimed: list[ClaimedJob] = []
         try:
-            with self._conn() as conn:
+            with self._conn() as conn, conn.pipeline():
                 done = self._record(conn, starts, outcomes)
                 done |= self._own_writes(conn, [c for c in written if c not in done])
+                if claim is not None:
+                    claimed = self._claim_on(conn, *claim)
         except BrokerUnavailable:
             # Perhaps at COMMIT: whether it was written stays unknown until the caller retries.
             self._remember(written)
@@ -517,7 +513,7 @@ class PostgresBroker(Broker):
         # Any other claim that ended (ack, fail, release, recovery, cancel) is lost for every
         # later call, its own token included: fencing, as on every broker.
         lost = [c for c in starts if c not in done]
-        return lost + [o.claim for o in outcomes if o.claim not in done]
+        return lost + [o.claim for o in outcomes if o.claim not in done], claimed
 
     def _record(self, conn: Any, starts: list[Claim], outcomes: Sequence[Outcome]) -> set[Claim]:
         """The batched writes of ``record``, one statement per kind; returns the claims matched."""
