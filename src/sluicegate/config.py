@@ -145,6 +145,8 @@ def _pool(path: str, name: str, table: Any) -> PoolSpec:
     r.only(POOL_KEYS)
     raw = r.table.get("queues", [name])
     if isinstance(raw, list):
+        if not all(isinstance(q, str) for q in raw) or len(set(raw)) != len(raw):
+            raise r.error("queues", f"must be a list of distinct queue names, not {raw!r}")
         weights = {q: 1 for q in raw}
     elif isinstance(raw, dict):
         weights = raw
@@ -156,14 +158,20 @@ def _pool(path: str, name: str, table: Any) -> PoolSpec:
     slots = r.number("slots", minimum=1, integer=True)
     if slots is None:
         raise r.error("slots", "is required")
+    model = r.text("model") or "thread"
+    max_jobs = r.number("max_jobs_per_child", minimum=1, integer=True)
+    max_memory = r.number("max_memory_mb", minimum=1)
+    if model != "process" and (max_jobs is not None or max_memory is not None):
+        raise r.error(
+            "model", f"max_jobs_per_child and max_memory_mb apply to process pools, not {model}"
+        )
     try:
         return PoolSpec(
-            check_name("pool", name), tuple(weights), slots, r.text("model") or "thread",
-            max_jobs_per_child=r.number("max_jobs_per_child", minimum=1, integer=True) or 1000,
-            max_memory_mb=r.number("max_memory_mb", minimum=1),
+            check_name("pool", name), tuple(weights), slots, model,
+            max_jobs_per_child=max_jobs or 1000, max_memory_mb=max_memory,
             weights=tuple(weights.values()) if isinstance(raw, dict) else None,
         )  # fmt: skip
-    except ConfigError as exc:
+    except ConfigError as exc:  # PoolSpec's own checks (names, model): add file and key
         raise r.error("", str(exc)) from None
 
 
@@ -195,4 +203,7 @@ def apply_overrides(app: App, settings: Settings) -> None:
                 f"{settings.source}: tasks.{name}: no such task in the app (tasks: {known})"
             )
         changes = {k: v for k, v in dataclasses.asdict(override).items() if v is not None}
-        task.options = dataclasses.replace(task.options, **changes)
+        try:
+            task.options = dataclasses.replace(task.options, **changes)
+        except ConfigError as exc:
+            raise ConfigError(f"{settings.source}: tasks.{name}: {exc}") from None

@@ -80,6 +80,17 @@ def enqueue_batch(app: App, task: Task[Any, Any], calls: Iterable[Sequence[Any]]
     return app.broker.enqueue(specs)
 
 
+def enqueue_mixed(app: App, calls: Iterable[tuple[Task[Any, Any], Sequence[Any]]]) -> list[Job]:
+    """Enqueue one job per ``(task, args)``, tasks mixed, in one transaction."""
+    specs = [
+        app.build_spec(
+            task.name, list(args), queue=task.options.queue, max_attempts=task.options.max_attempts
+        )
+        for task, args in calls
+    ]
+    return app.broker.enqueue(specs)
+
+
 def held_by(job: Job, pid: int) -> bool:
     """Worker ids are HOST-PID-RANDOM; does this job's worker id name process ``pid``?"""
     return job.worker_id is not None and f"-{pid}-" in job.worker_id
@@ -91,7 +102,8 @@ def _sluicegate_command() -> list[str]:
 
 
 class WorkerProcess:
-    """One real ``sluicegate worker chaosapp:app`` process, its output kept in a log file."""
+    """One real ``sluicegate worker chaosapp:app`` process (or another app of tests/apps),
+    its output kept in a log file."""
 
     def __init__(
         self,
@@ -101,9 +113,10 @@ class WorkerProcess:
         *,
         lease: float = 1.0,
         shutdown_timeout: float = 10.0,
+        app: str = "chaosapp:app",
         extra: Sequence[str] = (),
     ) -> None:
-        command = [*_sluicegate_command(), "worker", "chaosapp:app", "--broker", url]
+        command = [*_sluicegate_command(), "worker", app, "--broker", url]
         for pool in pools:
             command += ["--pool", pool]
         command += ["--lease", str(lease), "--shutdown-timeout", str(shutdown_timeout), *extra]
@@ -153,7 +166,7 @@ class Fleet:
     """Starts worker processes for one test and reaps every one of them at the end."""
 
     def __init__(self, url: str, folder: Path) -> None:
-        self.url = url
+        self.url = url  # what workers connect to; a test may point it elsewhere (a proxy)
         self.folder = folder
         self.started: list[WorkerProcess] = []
 
@@ -169,3 +182,48 @@ class Fleet:
     def close(self) -> None:
         for worker in self.started:
             worker.kill()
+
+
+# ---- process trees (process-pool tests) ------------------------------------------------
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, parent pid) of a live process, or None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces
+    return fields[0], int(fields[1])
+
+
+def process_gone(pid: int) -> bool:
+    """Has process ``pid`` exited (gone, or a zombie nobody reaped yet)?"""
+    stat = _proc_stat(pid)
+    return stat is None or stat[0] in ("Z", "X")
+
+
+def children_of(pid: int) -> list[int]:
+    """Live (non-zombie) processes whose parent is ``pid``, read from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        stat = _proc_stat(int(entry.name))
+        if stat is not None and stat[1] == pid and stat[0] not in ("Z", "X"):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def pool_children(pid: int) -> list[int]:
+    """The prefork pool children of worker ``pid`` (multiprocessing spawn children; not
+    the resource tracker, which multiprocessing starts beside them)."""
+    out = []
+    for child in children_of(pid):
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if b"spawn_main" in cmdline:
+            out.append(child)
+    return out

@@ -48,7 +48,14 @@ class AsyncExecutor:
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(self._tick)
-        self.loop.run_forever()
+        try:
+            self.loop.run_forever()
+        finally:  # stopped: cancel what is left (released jobs) and close the loop
+            pending = asyncio.all_tasks(self.loop)
+            for task in pending:
+                task.cancel()
+            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.close()
 
     def _tick(self) -> None:
         self._last_tick = time.monotonic()

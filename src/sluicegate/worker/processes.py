@@ -41,6 +41,9 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: EOF on the pipe still ends the child
         pass
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(1)  # the worker died while this child was starting, before the signal was set
 
 
 def _rss_bytes() -> int:
@@ -197,25 +200,34 @@ class ProcessExecutor:
                 child.conn.send_bytes(dumps(request).encode())
 
     def _watch(self) -> None:
+        # Children started from this thread die with it (PR_SET_PDEATHSIG follows the thread):
+        # it must never end early, so a surprise is logged and the watch goes on.
         while not self._stop.is_set():
-            with self._lock:
-                conns = {c.conn: c for c in self._children}
-                sentinels = {c.process.sentinel: c for c in self._children}
-                deadlines = [c.deadline for c in self._children if c.deadline is not None]
-            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-            ready = multiprocessing.connection.wait([*conns, *sentinels, self._wake_r], timeout)
-            if self._stop.is_set():
-                return
-            for handle in ready:
-                if handle is self._wake_r:
-                    self._wake_r.recv_bytes()
-                elif handle in conns:
-                    self._reply(conns[handle])
-                elif handle in sentinels:
-                    child = sentinels[handle]
-                    child.process.join(timeout=1)  # the pipe closes a moment before the exit status
-                    self._replace(child, death_reason(child.process.exitcode))
-            self._enforce_deadlines()
+            try:
+                self._watch_once()
+            except Exception:
+                log.exception("pool %s: child monitor error (continuing)", self.name)
+                time.sleep(0.1)
+
+    def _watch_once(self) -> None:
+        with self._lock:
+            conns = {c.conn: c for c in self._children}
+            sentinels = {c.process.sentinel: c for c in self._children}
+            deadlines = [c.deadline for c in self._children if c.deadline is not None]
+        timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+        ready = multiprocessing.connection.wait([*conns, *sentinels, self._wake_r], timeout)
+        if self._stop.is_set():
+            return
+        for handle in ready:
+            if handle is self._wake_r:
+                self._wake_r.recv_bytes()
+            elif handle in conns:
+                self._reply(conns[handle])
+            elif handle in sentinels:
+                child = sentinels[handle]
+                child.process.join(timeout=1)  # the pipe closes a moment before the exit status
+                self._replace(child, death_reason(child.process.exitcode))
+        self._enforce_deadlines()
 
     def _reply(self, child: Child) -> None:
         try:

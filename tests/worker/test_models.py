@@ -1,0 +1,373 @@
+"""The three concurrency models under one in-process Worker, on a real SQLite file.
+
+async: N coroutines at once on one loop, timeouts cancel, a loop-blocking task is named
+in a warning and cannot stop heartbeats. thread: a soft timeout keeps the slot busy until
+the thread returns. process: results come back from children, children recycle after
+``max_jobs_per_child`` jobs and above ``max_memory_mb``. A task whose kind does not fit
+its pool's model is a ConfigError at ``Worker()`` naming task and pool. ``current_job()``
+works in every model.
+
+Process-pool tasks live in tests/apps/poisonapp.py: children import the app themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import poisonapp
+import pytest
+from sg_harness import all_in, wait_for
+
+from sluicegate import App, Job, JobState
+from sluicegate.context import current_job
+from sluicegate.errors import ConfigError
+from sluicegate.worker import PoolSpec, Worker
+
+Drain = Callable[..., Worker]
+RunWorker = Callable[..., Worker]
+
+
+def async_pool(slots: int, queue: str = "q") -> PoolSpec:
+    return PoolSpec("aio", (queue,), slots, "async")
+
+
+# ---- async model ---------------------------------------------------------------------------
+
+
+def test_async_pool_runs_n_coroutines_at_once_on_one_loop(app: App, drain: Drain) -> None:
+    n = 20
+    started: list[float] = []
+    ended: list[float] = []
+    threads: set[str] = set()
+
+    @app.task(queue="q")
+    async def nap(i: int) -> int:
+        started.append(time.monotonic())
+        threads.add(threading.current_thread().name)
+        # All n must be running at once for any to finish: proof of n concurrent slots
+        # (with fewer, they give up after a while and the overlap assertion fails).
+        give_up = time.monotonic() + 10
+        while len(started) < n and time.monotonic() < give_up:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.2)
+        ended.append(time.monotonic())
+        return i
+
+    jobs = [nap.enqueue(i) for i in range(n)]
+    worker = drain([async_pool(n)])
+
+    assert [app.get_job(j.id).result for j in jobs] == list(range(n))
+    assert max(started) < min(ended)  # every coroutine started before the first one ended
+    assert threads == {"sluicegate-aio-loop"}  # one event loop thread ran them all
+    assert worker.counters.succeeded == n
+
+
+def test_async_pool_never_runs_more_than_its_slots(app: App, drain: Drain) -> None:
+    running = peak = 0
+
+    @app.task(queue="q")
+    async def step() -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.02)
+        running -= 1
+
+    jobs = [step.enqueue() for _ in range(12)]
+    drain([async_pool(3)])
+    assert all_in(app, jobs, "succeeded")
+    assert peak == 3
+
+
+def test_async_timeout_cancels_the_coroutine(app: App, drain: Drain) -> None:
+    cancelled = threading.Event()
+
+    @app.task(queue="q", timeout=0.2, max_attempts=1)
+    async def stuck() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    @app.task(queue="q")
+    async def fine() -> str:
+        return "ok"
+
+    job = stuck.enqueue()
+    others = [fine.enqueue() for _ in range(3)]  # they need the one slot the timeout frees
+    began = time.monotonic()
+    worker = drain([async_pool(1)])
+
+    dead = app.get_job(job.id)
+    assert dead.state == JobState.DEAD
+    assert dead.last_error is not None
+    assert (dead.last_error.type, dead.last_error.message) == (
+        "TimeoutError",
+        "timed out after 0.2 s",
+    )
+    assert cancelled.is_set()  # the coroutine itself saw the cancellation
+    assert time.monotonic() - began < 10  # not the 30 s sleep
+    assert all_in(app, others, "succeeded")
+    assert worker.counters.dead == 1
+
+
+def test_async_timeout_retries_then_dead(app: App, drain: Drain) -> None:
+    attempts: list[int] = []
+
+    @app.task(queue="q", timeout=0.1, max_attempts=3, backoff_base=0)
+    async def stuck() -> None:
+        attempts.append(current_job().attempts)
+        await asyncio.sleep(30)
+
+    job = stuck.enqueue()
+    drain([async_pool(1)])
+    dead = app.get_job(job.id)
+    assert (dead.state, dead.attempts) == (JobState.DEAD, 3)
+    assert attempts == [1, 2, 3]
+
+
+def test_loop_blocking_task_is_named_and_cannot_stop_heartbeats(
+    app: App, drain: Drain, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task(queue="q")
+    async def hog() -> str:
+        time.sleep(1.5)  # a sync call inside a coroutine: the whole loop stops
+        return "done"
+
+    @app.task(queue="q")
+    async def polite(i: int) -> int:
+        await asyncio.sleep(0.01)
+        return i
+
+    caplog.set_level(logging.WARNING, logger="sluicegate.worker")
+    blocker = hog.enqueue()
+    others = [polite.enqueue(i) for i in range(5)]
+    # Heartbeats every lease/3 = 0.2 s: a loop blocked for 1.5 s would lose the lease if
+    # heartbeats ran on it. They run on the worker's own thread, so nothing is lost.
+    worker = drain([async_pool(4)], lease=0.6)
+
+    warnings = [
+        r.getMessage() for r in caplog.records if "blocked the event loop" in r.getMessage()
+    ]
+    assert warnings, caplog.text
+    assert "'hog'" in warnings[0]
+    assert "pool aio" in warnings[0]
+    done = app.get_job(blocker.id)
+    assert (done.state, done.result, done.attempts) == (JobState.SUCCEEDED, "done", 1)
+    assert [app.get_job(j.id).result for j in others] == list(range(5))
+    assert worker.counters.lease_lost == 0
+    assert worker.counters.recovered == 0
+
+
+# ---- thread model ------------------------------------------------------------------------------
+
+
+def test_thread_soft_timeout_keeps_the_slot_busy_until_the_thread_returns(
+    app: App, run_worker: RunWorker, gate: threading.Event
+) -> None:
+    @app.task(queue="q", timeout=0.2, max_attempts=1)
+    def stubborn() -> str:
+        gate.wait(30)
+        return "late"
+
+    @app.task(queue="q")
+    def quick() -> str:
+        return current_job().task
+
+    job = stubborn.enqueue()
+    worker = run_worker([PoolSpec("thr", ("q",), 1)], lease=5)
+    wait_for(lambda: app.get_job(job.id).state == JobState.DEAD)
+    dead = app.get_job(job.id)
+    assert dead.last_error is not None
+    assert (dead.last_error.type, dead.last_error.message) == (
+        "TimeoutError",
+        "timed out after 0.2 s",
+    )
+
+    # The thread is still inside the task: its slot is not given to other work.
+    waiting = quick.enqueue()
+    assert worker.busy == 1
+    time.sleep(0.3)  # an absence: nothing may claim it while the only slot is held
+    assert app.get_job(waiting.id).state == JobState.READY
+
+    gate.set()  # the thread returns; its late result is ignored, the slot is free again
+    wait_for(lambda: app.get_job(waiting.id).state == JobState.SUCCEEDED)
+    assert app.get_job(waiting.id).result == "quick"
+    wait_for(lambda: worker.busy == 0)
+    assert app.get_job(job.id) == dead
+
+
+# ---- process model -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def drain_poisonapp(app: App) -> Iterator[Callable[..., Worker]]:
+    """A burst worker for tests/apps/poisonapp.py's app (importable by children), on the
+    test's broker."""
+    workers: list[tuple[Worker, threading.Thread]] = []
+
+    def run(pools: list[PoolSpec], **options: Any) -> Worker:
+        options.setdefault("lease", 10.0)
+        worker = Worker(poisonapp.app, pools, broker=app.broker, burst=True, **options)
+        thread = threading.Thread(target=worker.run, name="burst-worker", daemon=True)
+        thread.start()
+        workers.append((worker, thread))
+        thread.join(30)
+        assert not thread.is_alive(), "burst worker did not drain its queues within 30 s"
+        return worker
+
+    yield run
+    for worker, thread in workers:
+        worker.stop(immediate=True)
+        thread.join(10)
+
+
+def process_pool(slots: int, **options: Any) -> PoolSpec:
+    return PoolSpec("proc", ("proc",), slots, "process", **options)
+
+
+def enqueue(app: App, task: str, *args: Any) -> Job:
+    return app.enqueue(task, args=list(args), queue=poisonapp.app.tasks[task].options.queue)
+
+
+def test_process_pool_results_come_back_from_children(app: App, drain_poisonapp: Drain) -> None:
+    jobs = [enqueue(app, "p_ok", i) for i in range(8)]
+    worker = drain_poisonapp([process_pool(2)])
+
+    results = [app.get_job(j.id).result for j in jobs]
+    assert [r["n"] for r in results] == list(range(8))
+    pids = {r["pid"] for r in results}
+    assert os.getpid() not in pids
+    assert 1 <= len(pids) <= 2
+    assert worker.counters.succeeded == 8
+
+
+def test_process_children_recycle_after_max_jobs_per_child(
+    app: App, drain_poisonapp: Drain
+) -> None:
+    jobs = [enqueue(app, "p_ok", i) for i in range(6)]
+    drain_poisonapp([process_pool(1, max_jobs_per_child=2)])
+
+    pids = [app.get_job(j.id).result["pid"] for j in jobs]
+    assert pids[0] == pids[1] and pids[2] == pids[3] and pids[4] == pids[5], pids
+    assert len(set(pids)) == 3, pids  # a fresh child after every second job
+
+
+def test_process_children_recycle_above_max_memory(app: App, drain_poisonapp: Drain) -> None:
+    # Recycled after a job that leaves the child above 80% of max_memory_mb (which is also
+    # its address-space cap, so this stays below it).
+    small = enqueue(app, "p_hold", 10)
+    after_small = enqueue(app, "p_ok")
+    big = enqueue(app, "p_hold", 330)
+    after_big = enqueue(app, "p_ok")
+    drain_poisonapp([process_pool(1, max_memory_mb=400)])
+
+    pid = {j.id: app.get_job(j.id).result["pid"] for j in (small, after_small, big, after_big)}
+    assert pid[small.id] == pid[after_small.id] == pid[big.id]
+    assert pid[after_big.id] != pid[big.id]
+
+
+def test_process_memory_cap_turns_a_blow_up_into_memory_error(
+    app: App, drain_poisonapp: Drain
+) -> None:
+    job = enqueue(app, "p_blow_up")
+    ok = [enqueue(app, "p_ok", i) for i in range(3)]
+    drain_poisonapp([process_pool(1, max_memory_mb=200)])
+
+    dead = app.get_job(job.id)
+    assert dead.state == JobState.DEAD
+    assert dead.last_error is not None and dead.last_error.type == "MemoryError"
+    assert "_blow_up" in dead.last_error.traceback
+    assert all_in(app, ok, "succeeded")
+
+
+# ---- current_job() in every model --------------------------------------------------------------
+
+
+def test_current_job_in_thread_and_async_models(app: App, drain: Drain) -> None:
+    @app.task(queue="t")
+    def in_thread() -> list[Any]:
+        job = current_job()
+        return [job.id, job.attempts, job.task, threading.current_thread().name]
+
+    @app.task(queue="a")
+    async def in_loop() -> list[Any]:
+        await asyncio.sleep(0)
+        job = current_job()
+        return [job.id, job.attempts, job.task, threading.current_thread().name]
+
+    t_jobs = [in_thread.enqueue() for _ in range(3)]
+    a_jobs = [in_loop.enqueue() for _ in range(3)]
+    drain([PoolSpec("thr", ("t",), 2), PoolSpec("aio", ("a",), 2, "async")])
+
+    for job in t_jobs:
+        job_id, attempt, task, thread = app.get_job(job.id).result
+        assert (job_id, attempt, task) == (job.id, 1, "in_thread")
+        assert thread.startswith("sluicegate-thr-")
+    for job in a_jobs:
+        job_id, attempt, task, thread = app.get_job(job.id).result
+        assert (job_id, attempt, task) == (job.id, 1, "in_loop")
+        assert thread == "sluicegate-aio-loop"
+
+
+def test_current_job_in_process_model(app: App, drain_poisonapp: Drain) -> None:
+    jobs = [enqueue(app, "p_ok", i) for i in range(3)]
+    drain_poisonapp([process_pool(2)])
+    for job in jobs:
+        result = app.get_job(job.id).result
+        assert (result["job_id"], result["attempt"], result["task"]) == (job.id, 1, "p_ok")
+
+
+# ---- a task must fit its pool's model ---------------------------------------------------------
+
+
+def test_coroutine_task_in_thread_or_process_pool_is_a_config_error(app: App) -> None:
+    @app.task(queue="mail")
+    async def send_mail() -> None: ...
+
+    for model in ("thread", "process"):
+        with pytest.raises(ConfigError) as err:
+            Worker(app, [PoolSpec("mailers", ("mail",), 2, model)])
+        message = str(err.value)
+        assert "'send_mail'" in message and "'mailers'" in message, message
+        assert "coroutine" in message and model in message, message
+
+
+def test_plain_function_in_async_pool_is_a_config_error(app: App) -> None:
+    @app.task(queue="index")
+    def update_index() -> None: ...
+
+    with pytest.raises(ConfigError) as err:
+        Worker(app, [PoolSpec("indexers", ("index",), 2, "async")])
+    message = str(err.value)
+    assert "'update_index'" in message and "'indexers'" in message, message
+    assert "plain function" in message, message
+
+
+def test_tasks_on_queues_no_pool_serves_are_not_checked(app: App) -> None:
+    @app.task(queue="elsewhere")
+    async def later() -> None: ...
+
+    Worker(app, [PoolSpec("thr", ("q",), 1)])  # no error: no pool here runs it
+
+
+def test_coroutine_sent_to_a_thread_pool_by_enqueue_override_is_dead(
+    app: App, drain: Drain
+) -> None:
+    @app.task(queue="a")
+    async def coro() -> None: ...
+
+    job = coro.with_options(queue="t").enqueue()
+    drain([PoolSpec("thr", ("t",), 1)])
+    dead = app.get_job(job.id)
+    assert dead.state == JobState.DEAD
+    assert dead.attempts == 1
+    assert dead.last_error is not None and dead.last_error.type == "WrongPoolModel"
+    assert "'coro'" in dead.last_error.message and "'thr'" in dead.last_error.message
