@@ -1,9 +1,11 @@
 """Throughput, latency and CPU benchmark for sluicegate. Prints figures; asserts nothing.
 
-    .venv/bin/python bench/throughput.py [--broker URL] [--jobs N] [--repeat R]
+    .venv/bin/python bench/throughput.py [--broker URL] [--jobs N] [--repeat R] [--workers W]
+    .venv/bin/python bench/throughput.py --broker 'postgresql://postgres@127.0.0.1/test?schema=bench'
 
 Measures, each ``--repeat`` times (medians reported), on a fresh temporary SQLite
-file per measurement unless ``--broker`` names one:
+file per measurement unless ``--broker`` names one (PostgreSQL: a fresh schema per
+measurement, named after the URL's ``schema=`` plus a random suffix, dropped afterwards):
 
 1. one-by-one enqueue: ``task.enqueue()`` in a loop, N no-op jobs -> jobs/s
 2. bulk enqueue: one ``task.enqueue_many()`` of N no-op jobs -> jobs/s
@@ -11,9 +13,16 @@ file per measurement unless ``--broker`` names one:
    thread slots (``--burst``); rate = N / (first job's start .. last job's finish) from
    the broker's started_at/finished_at, plus the worker's CPU per 1,000 jobs (raw, and
    net of an idle start/exit run with 0 jobs)
-4. enqueue-to-start latency with an idle worker: one job at a time, ~20 ms apart; the
+4. drain by W worker processes x 8 slots (``--workers``), and by the best documented
+   configuration (``--best WxS``; PostgreSQL by default): the workers are started and
+   idle first, then N jobs are enqueued in one transaction; rate = N / (first start ..
+   last finish) from the broker's timestamps; CPU of all workers per 1,000 jobs
+5. enqueue-to-start latency with an idle worker: one job at a time, ~20 ms apart; the
    task returns time.time() at its start -> p50 / p99 / max
-5. idle CPU: the same worker with no work for a few seconds -> % of one core
+6. idle CPU: the same worker with no work for a few seconds -> % of one core
+
+``--search`` instead drains N jobs once per configuration of a grid (workers x slots)
+and prints the table, to find the best configuration.
 
 See bench/README.md for what each figure means and a recorded run.
 """
@@ -42,25 +51,52 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 import benchapp  # noqa: E402
+from pgscratch import is_postgres, listeners, scratch_schema, server_info  # noqa: E402
 from sluicegate.job import JobState  # noqa: E402
 
-POOL = "default=default:8"  # one pool, 8 thread slots, over queue "default"
+SLOTS = 8  # the standard pool: "default=default:8", 8 thread slots over queue "default"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-CPU_KEYS = ("user", "sys")
 
-TARGETS = {
-    "enqueue_one": ">= 3,000 jobs/s",
-    "enqueue_bulk": ">= 50,000 jobs/s",
-    "drain": ">= 4,000 jobs/s",
-    "cpu_net": "<= 0.25 s",
-    "latency_p50": "< 10 ms",
-    "idle_cpu": "< 2 %",
+Check = Callable[[float], bool]
+# Targets from the issues, per broker kind: (text printed, test of the median).
+TARGETS: dict[str, dict[str, tuple[str, Check]]] = {
+    "sqlite": {
+        "enqueue_one": (">= 3,000 jobs/s", lambda v: v >= 3000),
+        "enqueue_bulk": (">= 50,000 jobs/s", lambda v: v >= 50000),
+        "drain": (">= 4,000 jobs/s", lambda v: v >= 4000),
+        "cpu_net": ("<= 0.25 s", lambda v: v <= 0.25),
+        "latency_p50": ("< 10 ms", lambda v: v < 10),
+        "idle_cpu": ("< 2 %", lambda v: v < 2),
+    },
+    "postgresql": {
+        "drain": (">= 3,000 jobs/s", lambda v: v >= 3000),
+        "best": (">= 5,600 jobs/s", lambda v: v >= 5600),
+        "cpu_net": ("<= 0.25 s", lambda v: v <= 0.25),
+        "latency_p50": ("< 3 ms", lambda v: v < 3),
+        "latency_p99": ("< 10 ms", lambda v: v < 10),
+        "idle_cpu": ("< 2 %", lambda v: v < 2),
+    },
 }
-PEERS = [
-    ("huey, SQLite storage", "~2,100 jobs/s"),
-    ("hand-written loop, one job per transaction", "~1,700 jobs/s"),
-    ("hand-written loop, 100 jobs per transaction", "~49,000 jobs/s"),
-]
+TARGETS["memory"] = TARGETS["sqlite"]
+PEERS = {
+    "sqlite": [
+        ("huey, SQLite storage", "~2,100 jobs/s"),
+        ("hand-written loop, one job per transaction", "~1,700 jobs/s"),
+        ("hand-written loop, 100 jobs per transaction", "~49,000 jobs/s"),
+    ],
+    "postgresql": [
+        ("PgQueuer", "~2,800 jobs/s"),
+        ("Procrastinate", "~160 jobs/s"),
+        ("Celery on Redis", "~600 jobs/s"),
+        ("hand-written SKIP LOCKED loop, 1 job per transaction", "~1,400 jobs/s"),
+        ("hand-written SKIP LOCKED loop, 100 jobs per transaction", "~23,000 jobs/s"),
+        ("idle enqueue-to-start p50, PgQueuer and Celery", "~5 ms"),
+    ],
+}
+PEERS["memory"] = PEERS["sqlite"]
+# The best configuration found with --search on the recorded machine (bench/README.md).
+BEST = {"postgresql": "2x32"}
+SEARCH_GRID = ["1x8", "1x16", "1x32", "1x64", "2x8", "2x16", "2x32", "2x64", "4x8", "4x16", "4x32"]
 
 
 # ---- small helpers --------------------------------------------------------------
@@ -88,13 +124,35 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # #14 utime, #15 stime
 
 
-def is_memory(url: str) -> bool:
-    return url.startswith("memory:")
+def kind_of(url: str | None) -> str:
+    """ "sqlite" (also the default), "postgresql" or "memory"."""
+    if is_postgres(url):
+        return "postgresql"
+    return "memory" if url and url.startswith("memory:") else "sqlite"
+
+
+def parse_config(text: str) -> tuple[int, int]:
+    """``WxS`` -> (worker processes, slots per worker), e.g. ``2x32``."""
+    workers, sep, slots = text.lower().partition("x")
+    try:
+        w, s = int(workers), int(slots)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected WORKERSxSLOTS like 2x32, not {text!r}"
+        ) from None
+    if not sep or w < 1 or s < 1:
+        raise argparse.ArgumentTypeError(f"expected WORKERSxSLOTS like 2x32, not {text!r}")
+    return w, s
 
 
 @contextlib.contextmanager
 def broker_url(given: str | None) -> Iterator[str]:
-    """The broker to use for one measurement: the given URL, or a fresh SQLite file."""
+    """The broker for one measurement: a fresh PostgreSQL schema (dropped afterwards), the
+    given URL (SQLite, memory), or a fresh temporary SQLite file."""
+    if is_postgres(given):
+        with scratch_schema(given) as url:  # type: ignore[arg-type]
+            yield url
+        return
     if given:
         yield given
         return
@@ -114,12 +172,12 @@ def open_app(url: str) -> None:
 class Worker:
     """A real ``sluicegate worker benchapp:app`` subprocess, its log in a temporary file."""
 
-    def __init__(self, url: str, *, burst: bool) -> None:
+    def __init__(self, url: str, *, burst: bool, slots: int = SLOTS) -> None:
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in close()
             prefix="sluicegate-bench-worker-", suffix=".log"
         )
         cmd = [sys.executable, "-m", "sluicegate.cli", "worker", "benchapp:app",
-               "--pool", POOL, "--broker", url]  # fmt: skip
+               "--pool", f"default=default:{slots}", "--broker", url]  # fmt: skip
         if burst:
             cmd.append("--burst")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
@@ -169,6 +227,27 @@ class Worker:
         self.log.close()
 
 
+def close_all(workers: list[Worker]) -> None:
+    """SIGTERM every worker first, then wait for each: they shut down in parallel."""
+    for worker in workers:
+        if worker.proc.poll() is None:
+            worker.proc.send_signal(signal.SIGTERM)
+    for worker in workers:
+        worker.close()
+
+
+def wait_listening(url: str, workers: int, timeout: float = 15.0) -> None:
+    """Until every worker can hear an enqueue (PostgreSQL: its LISTEN is in place)."""
+    if not is_postgres(url):
+        time.sleep(0.2)  # SQLite's watcher thread starts with the subscription
+        return
+    deadline = time.monotonic() + timeout
+    while listeners(url) < workers:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"fewer than {workers} worker(s) LISTENing after {timeout:g} s")
+        time.sleep(0.02)
+
+
 # ---- measurements ---------------------------------------------------------------
 @dataclass
 class Results:
@@ -178,6 +257,9 @@ class Results:
     drain_wall: list[float] = field(default_factory=list)  # jobs/s incl. interpreter start
     drain_cpu: list[float] = field(default_factory=list)  # CPU s of the whole worker run
     idle_start_cpu: list[float] = field(default_factory=list)  # CPU s of a 0-job run
+    # warm drains by configuration "WxS": jobs/s and all workers' CPU s per 1,000 jobs
+    warm: dict[str, list[float]] = field(default_factory=dict)
+    warm_cpu: dict[str, list[float]] = field(default_factory=dict)
     lat_p50: list[float] = field(default_factory=list)  # seconds
     lat_p99: list[float] = field(default_factory=list)
     lat_max: list[float] = field(default_factory=list)
@@ -218,15 +300,9 @@ def run_burst_worker(url: str, timeout: float) -> tuple[float, float]:
     return wall, children_cpu() - cpu_before
 
 
-def measure_drain(url: str, n: int) -> tuple[float, float, float]:
-    """Returns (jobs/s from broker timestamps, jobs/s wall incl. start-up, worker CPU s)."""
-    open_app(url)
-    ids = {job.id for job in benchapp.noop.enqueue_many([[] for _ in range(n)])}
-    benchapp.app.close()
-    wall, cpu = run_burst_worker(url, timeout=max(120.0, n / 50))
-    open_app(url)
+def drain_rate(ids: set[int], n: int) -> float:
+    """N / (first start .. last finish) of the jobs ``ids``, from the broker's own columns."""
     done = benchapp.app.broker.list_jobs(JobState.SUCCEEDED, "default", limit=n + 1000)
-    benchapp.app.close()
     ours = [j for j in done if j.id in ids]
     if len(ours) != n:
         raise RuntimeError(f"drain: {len(ours)} of {n} jobs succeeded")
@@ -234,7 +310,56 @@ def measure_drain(url: str, n: int) -> tuple[float, float, float]:
     # to the ack time; the window is then first ack .. last ack (one job's run short).
     first = min(j.started_at or j.finished_at or 0.0 for j in ours)
     last = max(j.finished_at or 0.0 for j in ours)
-    return n / (last - first), n / wall, cpu
+    return n / (last - first)
+
+
+def measure_drain(url: str, n: int) -> tuple[float, float, float]:
+    """Returns (jobs/s from broker timestamps, jobs/s wall incl. start-up, worker CPU s)."""
+    open_app(url)
+    ids = {job.id for job in benchapp.noop.enqueue_many([[] for _ in range(n)])}
+    benchapp.app.close()
+    wall, cpu = run_burst_worker(url, timeout=max(120.0, n / 50))
+    open_app(url)
+    try:
+        return drain_rate(ids, n), n / wall, cpu
+    finally:
+        benchapp.app.close()
+
+
+def wait_drained(n: int, timeout: float) -> None:
+    """Until queue "default" has no unfinished job. Polled every 250 ms: a count over the
+    table costs the server CPU the workers need; the rate comes from the broker's timestamps,
+    so the poll's granularity does not matter."""
+    unfinished = (JobState.SCHEDULED, JobState.READY, JobState.CLAIMED, JobState.RUNNING)
+    deadline = time.monotonic() + timeout
+    while True:
+        queue = benchapp.app.broker.stats().queues.get("default")
+        if queue is not None and not any(queue.counts.get(s, 0) for s in unfinished):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{n} jobs not drained within {timeout:g} s")
+        time.sleep(0.25)
+
+
+def measure_warm_drain(url: str, n: int, workers: int, slots: int) -> tuple[float, float]:
+    """W idle workers x S slots, then N jobs in one transaction; returns (jobs/s, CPU s)."""
+    open_app(url)  # creates the schema before the workers start
+    procs = [Worker(url, burst=False, slots=slots) for _ in range(workers)]
+    try:
+        for proc in procs:
+            proc.wait_ready()
+        wait_listening(url, workers)
+        time.sleep(0.2)  # past the workers' first idle probes
+        cpu0 = sum(process_cpu(p.proc.pid) for p in procs)
+        ids = {job.id for job in benchapp.noop.enqueue_many([[] for _ in range(n)])}
+        wait_drained(n, timeout=max(120.0, n / 50))
+        cpu1 = sum(process_cpu(p.proc.pid) for p in procs)
+    finally:
+        close_all(procs)
+    try:
+        return drain_rate(ids, n), cpu1 - cpu0
+    finally:
+        benchapp.app.close()
 
 
 def measure_latency_and_idle(
@@ -299,7 +424,9 @@ def machine() -> str:
     )
 
 
-def verdict(value: float, ok: Callable[[float], bool]) -> str:
+def verdict(value: float, ok: Check | None) -> str:
+    if ok is None:
+        return ""
     if math.isnan(value):
         return "n/a"
     return "met" if ok(value) else "MISSED"
@@ -310,7 +437,39 @@ def load() -> str:
     return f"{os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else "n/a"
 
 
-def print_table(r: Results, args: argparse.Namespace, broker: str, load_before: str) -> None:
+Row = tuple[str, str, str, str]
+
+
+def target_row(label: str, value: float, shown: str, key: str, kind: str) -> Row:
+    text, check = TARGETS[kind].get(key, ("", None))
+    return (label, shown, text, verdict(value, check))
+
+
+def print_rows(rows: list[Row], head: Row = ("measure", "median", "target", "")) -> None:
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(4)]
+    line = "  ".join("-" * w for w in widths).rstrip()
+
+    def fmt(row: Row) -> str:
+        a, b, c, d = row
+        return f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip()
+
+    print(line)
+    print(fmt(head))
+    print(line)
+    for row in rows:
+        print(fmt(row))
+    print(line)
+
+
+def warm_rows(r: Results, config: str, label: str, key: str, kind: str) -> list[Row]:
+    rate, cpu = median(r.warm.get(config, [])), median(r.warm_cpu.get(config, []))
+    return [
+        target_row(label, rate, f"{rate:,.0f} jobs/s", key, kind),
+        ("  CPU of all its workers per 1,000 jobs", f"{cpu:.3f} s", "", ""),
+    ]
+
+
+def table_rows(r: Results, args: argparse.Namespace, kind: str) -> list[Row]:
     n = args.jobs
     one, bulk, drain = median(r.enqueue_one), median(r.enqueue_bulk), median(r.drain)
     cpu_raw = median([c / n * 1000 for c in r.drain_cpu])
@@ -319,58 +478,106 @@ def print_table(r: Results, args: argparse.Namespace, broker: str, load_before: 
     p50, p99, pmax = (median(v) * 1000 for v in (r.lat_p50, r.lat_p99, r.lat_max))
     idle = median(r.idle_cpu) * 100
     rows = [
-        ("enqueue, one by one (task.enqueue loop)", f"{one:,.0f} jobs/s",
-         TARGETS["enqueue_one"], verdict(one, lambda v: v >= 3000)),
-        ("enqueue, bulk (task.enqueue_many)", f"{bulk:,.0f} jobs/s",
-         TARGETS["enqueue_bulk"], verdict(bulk, lambda v: v >= 50000)),
-        ("drain, 1 worker x 8 thread slots", f"{drain:,.0f} jobs/s",
-         TARGETS["drain"], verdict(drain, lambda v: v >= 4000)),
+        target_row("enqueue, one by one (task.enqueue loop)", one, f"{one:,.0f} jobs/s",
+                   "enqueue_one", kind),
+        target_row("enqueue, bulk (task.enqueue_many)", bulk, f"{bulk:,.0f} jobs/s",
+                   "enqueue_bulk", kind),
+    ]  # fmt: skip
+    if not r.drain:
+        return rows
+    rows += [
+        target_row(f"drain, 1 worker x {SLOTS} thread slots", drain, f"{drain:,.0f} jobs/s",
+                   "drain", kind),
         ("  same, wall incl. interpreter start-up", f"{median(r.drain_wall):,.0f} jobs/s", "", ""),
-        ("worker CPU per 1,000 no-op jobs, net", f"{cpu_net:.3f} s",
-         TARGETS["cpu_net"], verdict(cpu_net, lambda v: v <= 0.25)),
+    ]  # fmt: skip
+    if args.workers:
+        config = f"{args.workers}x{SLOTS}"
+        label = f"drain, {args.workers} workers x {SLOTS} slots (started idle)"
+        rows += warm_rows(r, config, label, "", kind)
+    if args.best:
+        w, s = parse_config(args.best)
+        label = f"best: {w} worker{'s' if w > 1 else ''} x {s} slots (started idle)"
+        rows += warm_rows(r, args.best, label, "best", kind)
+    rows += [
+        target_row("worker CPU per 1,000 no-op jobs, net", cpu_net, f"{cpu_net:.3f} s",
+                   "cpu_net", kind),
         (f"  raw (start/exit alone costs {startup:.2f} s)", f"{cpu_raw:.3f} s", "", ""),
-        ("idle enqueue-to-start, p50", f"{p50:.2f} ms",
-         TARGETS["latency_p50"], verdict(p50, lambda v: v < 10)),
-        ("  p99", f"{p99:.2f} ms", "", ""),
+        target_row("idle enqueue-to-start, p50", p50, f"{p50:.2f} ms", "latency_p50", kind),
+        target_row("  p99", p99, f"{p99:.2f} ms", "latency_p99", kind),
         ("  max", f"{pmax:.2f} ms", "", ""),
         ("  (enqueue call itself, p50)", f"{median(r.enqueue_call_p50) * 1000:.2f} ms", "", ""),
-        ("idle worker CPU", f"{idle:.2f} % of a core",
-         TARGETS["idle_cpu"], verdict(idle, lambda v: v < 2)),
+        target_row("idle worker CPU", idle, f"{idle:.2f} % of a core", "idle_cpu", kind),
     ]  # fmt: skip
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    head = ("measure", "median", "target", "")
-    widths = [max(w, len(h)) for w, h in zip(widths, head, strict=True)]
-    line = "  ".join("-" * w for w in widths)
+    return rows
 
-    def fmt(row: tuple[str, str, str, str]) -> str:
-        a, b, c, d = row
-        return f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip()
 
+def print_header(args: argparse.Namespace, title: str, broker: str, load_before: str) -> None:
     print()
-    print(f"sluicegate throughput benchmark: {n:,} jobs, median of {args.repeat} run(s)")
+    print(f"sluicegate {title}: {args.jobs:,} jobs, median of {args.repeat} run(s)")
     print(f"machine: {machine()}")
     print(f"broker:  {broker}")
     print(f"load:    1-min load average {load_before} before, {load()} after")
-    print(line)
-    print(fmt(head))
-    print(line)
-    for row in rows:
-        print(fmt(row))
-    print(line)
+
+
+def print_table(r: Results, args: argparse.Namespace, broker: str, load_before: str) -> None:
+    kind = kind_of(args.broker)
+    print_header(args, "throughput benchmark", broker, load_before)
+    print_rows(table_rows(r, args, kind))
     print("peer reference figures quoted in the issue (not measured here):")
-    for name, figure in PEERS:
-        print(f"  {name:<45} {figure}")
+    for name, figure in PEERS[kind]:
+        print(f"  {name:<56} {figure}")
     for note in r.notes:
         print(f"note: {note}")
 
 
-def run(args: argparse.Namespace) -> Results:
-    r = Results()
-    n, reps = args.jobs, args.repeat
+def print_search(r: Results, args: argparse.Namespace, broker: str, load_before: str) -> None:
+    print_header(args, "drain configurations (workers started idle)", broker, load_before)
+    rows: list[Row] = []
+    for config in args.grid:
+        rate, cpu = median(r.warm[config]), median(r.warm_cpu[config])
+        runs = ", ".join(f"{v:,.0f}" for v in r.warm[config])
+        w, s = parse_config(config)
+        rows.append((f"{w} worker(s) x {s} slots  ({runs})", f"{rate:,.0f} jobs/s",
+                     f"{cpu:.3f} s CPU / 1,000 jobs", ""))  # fmt: skip
+    print_rows(rows, ("configuration  (runs, jobs/s)", "median", "workers' CPU", ""))
+    best = max(args.grid, key=lambda c: median(r.warm[c]))
+    print(f"best: {best} ({median(r.warm[best]):,.0f} jobs/s); use it with --best {best}")
 
+
+def stepper(reps: int) -> Callable[[str, Callable[[], str]], None]:
     def step(label: str, fn: Callable[[], str]) -> None:
         for i in range(reps):
             print(f"[{label} {i + 1}/{reps}] {fn()}", flush=True)
+
+    return step
+
+
+def warm_measure(r: Results, args: argparse.Namespace, config: str) -> Callable[[], str]:
+    """One warm drain of ``config`` ("WxS") on a fresh broker, recorded in ``r``."""
+    workers, slots = parse_config(config)
+
+    def measure() -> str:
+        with broker_url(args.broker) as url:
+            rate, cpu = measure_warm_drain(url, args.jobs, workers, slots)
+        r.warm.setdefault(config, []).append(rate)
+        r.warm_cpu.setdefault(config, []).append(cpu / args.jobs * 1000)
+        return f"{rate:,.0f} jobs/s, workers' CPU {cpu:.2f} s"
+
+    return measure
+
+
+def run_search(args: argparse.Namespace) -> Results:
+    r = Results()
+    step = stepper(args.repeat)
+    for config in args.grid:
+        step(f"drain {config}", warm_measure(r, args, config))
+    return r
+
+
+def run(args: argparse.Namespace) -> Results:
+    r = Results()
+    n = args.jobs
+    step = stepper(args.repeat)
 
     def one() -> str:
         with broker_url(args.broker) as url:
@@ -384,7 +591,7 @@ def run(args: argparse.Namespace) -> Results:
 
     step("enqueue one-by-one", one)
     step("enqueue bulk", bulk)
-    if args.broker and is_memory(args.broker):
+    if kind_of(args.broker) == "memory":
         r.notes.append(
             "memory:// is per process: worker measurements (drain, latency, idle) skipped"
         )
@@ -421,7 +628,11 @@ def run(args: argparse.Namespace) -> Results:
         )
 
     step("idle start/exit", idle_start)
-    step("drain", drain)
+    step(f"drain 1x{SLOTS}", drain)
+    if args.workers:
+        step(f"drain {args.workers}x{SLOTS}", warm_measure(r, args, f"{args.workers}x{SLOTS}"))
+    if args.best:
+        step(f"drain best {args.best}", warm_measure(r, args, args.best))
     step("latency + idle", latency)
     return r
 
@@ -431,12 +642,25 @@ def main() -> None:
         description="sluicegate throughput, latency and CPU benchmark (prints; asserts nothing)"
     )
     parser.add_argument("--broker", metavar="URL", default=None,
-                        help="broker URL to use for every measurement (default: a fresh "
-                        "temporary SQLite file per measurement); use a scratch database")  # fmt: skip
+                        help="broker URL (default: a fresh temporary SQLite file per "
+                        "measurement). postgresql://...?schema=NAME: a fresh schema NAME_xxxx "
+                        "per measurement, dropped afterwards. sqlite:// and memory:// URLs are "
+                        "used as given: use a scratch database")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=10_000, metavar="N",
                         help="jobs per enqueue and drain measurement (default 10000)")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=3, metavar="R",
                         help="runs per measurement; medians are reported (default 3)")  # fmt: skip
+    parser.add_argument("--workers", type=int, default=4, metavar="W",
+                        help=f"also drain with W worker processes x {SLOTS} slots, started "
+                        "idle (default 4; 0 skips)")  # fmt: skip
+    parser.add_argument("--best", metavar="WxS", default=None,
+                        help="also drain with this configuration, W workers x S slots each "
+                        f"(default for PostgreSQL: {BEST['postgresql']}; 'none' skips)")  # fmt: skip
+    parser.add_argument("--search", action="store_true",
+                        help="only drain once per configuration of --grid (x --repeat) and "
+                        "print the table, to find the best configuration")  # fmt: skip
+    parser.add_argument("--grid", metavar="WxS,...", default=",".join(SEARCH_GRID),
+                        help="configurations for --search (default: %(default)s)")  # fmt: skip
     parser.add_argument("--latency-jobs", type=int, default=200, metavar="N",
                         help="jobs per latency run, one at a time (default 200)")  # fmt: skip
     parser.add_argument("--spacing", type=float, default=20.0, metavar="MS",
@@ -446,11 +670,34 @@ def main() -> None:
     args = parser.parse_args()
     if args.jobs < 1 or args.repeat < 1 or args.latency_jobs < 1 or args.idle_seconds <= 0:
         parser.error("--jobs, --repeat, --latency-jobs and --idle-seconds must be positive")
-    broker = args.broker or "fresh temporary SQLite file per measurement (synchronous=full)"
+    if args.workers < 0:
+        parser.error("--workers must not be negative")
+    kind = kind_of(args.broker)
+    if args.best is None:
+        args.best = BEST.get(kind)
+    elif args.best.lower() == "none":
+        args.best = None
+    try:
+        args.grid = [f"{w}x{s}" for w, s in map(parse_config, args.grid.split(","))]
+        if args.best:
+            args.best = "{}x{}".format(*parse_config(args.best))
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
+    if args.search and kind == "memory":
+        parser.error("--search needs a broker shared with worker processes (not memory://)")
+    if kind == "postgresql":
+        broker = (
+            f"{args.broker} (fresh schema per measurement)\nserver:  {server_info(args.broker)}"
+        )
+    else:
+        broker = args.broker or "fresh temporary SQLite file per measurement (synchronous=full)"
     load_before = load()
     print(f"machine: {machine()}; load average {load_before}", flush=True)
-    results = run(args)
-    print_table(results, args, broker, load_before)
+    results = run_search(args) if args.search else run(args)
+    if args.search:
+        print_search(results, args, broker, load_before)
+    else:
+        print_table(results, args, broker, load_before)
 
 
 if __name__ == "__main__":

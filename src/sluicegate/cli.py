@@ -34,7 +34,8 @@ EXIT_FAILURE = 1
 
 broker_option = click.option(
     "--broker", "broker_url", envvar=BROKER_ENV, default=None, metavar="URL",
-    help="Broker URL: sqlite:///PATH (default sqlite:///sluicegate.db), memory://. "
+    help="Broker URL: sqlite:///PATH (default sqlite:///sluicegate.db), "
+    "postgresql://USER@HOST/DB?schema=NAME, memory://. "
     f"Also read from {BROKER_ENV}.",
 )  # fmt: skip
 
@@ -151,7 +152,7 @@ def worker(
     SIGTERM or SIGINT stops claiming at once, lets running jobs finish within
     --shutdown-timeout, releases the rest without charging an attempt, and exits 0.
     A second signal releases at once. Finished jobs past their retention are pruned
-    in the background (one worker at a time on PostgreSQL) unless --no-prune.
+    in the background, in small batches, unless --no-prune.
     """
     settings = load_settings(config_path)
     pools = [parse_pool_spec(spec) for spec in pool_specs] or settings.pools or None

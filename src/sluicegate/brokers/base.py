@@ -81,6 +81,7 @@ class Broker(ABC):
     url: str
     migrations_applied: list[int]  # versions this handle applied (at open or by migrate())
     supports_transactions = False  # enqueue(connection=...) and transactional tasks
+    cheap_empty_claim = False  # False: probe (read-only) before a claim that takes a write lock
 
     # ---- producer side -------------------------------------------------
     @abstractmethod

@@ -171,6 +171,7 @@ def _fits_bigint(job_id: int) -> bool:
 
 class PostgresBroker(Broker):
     supports_transactions = True
+    cheap_empty_claim = True  # an empty claim writes nothing: idle workers need no probe first
 
     def __init__(self, url: str, clock: Callable[[], float] | None = None) -> None:
         if psycopg is None:
@@ -267,7 +268,9 @@ class PostgresBroker(Broker):
             conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"sluicegate:{self.schema}",)
             )
-            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self._s}")
+            exists = conn.execute("SELECT to_regnamespace(%s)", (self.schema,)).fetchone()[0]
+            if exists is None:  # CREATE SCHEMA needs CREATE on the database, even IF NOT EXISTS
+                conn.execute(f"CREATE SCHEMA {self._s}")
             conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {self._s}.schema_version "
                 "(version integer PRIMARY KEY, name text NOT NULL, "
@@ -316,6 +319,11 @@ class PostgresBroker(Broker):
                 yield conn
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
             raise BrokerUnavailable(f"PostgreSQL unavailable ({self._safe_dsn()}): {exc}") from None
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise ConfigError(
+                f"PostgreSQL role lacks a privilege on schema {self.schema!r}: "
+                f"{str(exc).strip()} (see docs/postgresql.md, roles and privileges)"
+            ) from None
 
     def _tasks_pool(self) -> Any:
         with self._task_pool_lock:
@@ -385,7 +393,8 @@ class PostgresBroker(Broker):
             return self._insert(connection, specs) if specs else []
         if not specs:
             return []
-        with self._conn() as conn:
+        # Pipelined: BEGIN, INSERT and NOTIFY go out together; then COMMIT.
+        with self._conn() as conn, conn.pipeline():
             jobs = self._insert(conn, specs)
         self._subscribers.notify_local()
         return jobs

@@ -1,20 +1,26 @@
-"""What the demo measures: per job, enqueue/start/finish times; per class, wait percentiles."""
+"""What the demo measures: per job, enqueue/start/finish times; per class, wait percentiles.
+
+The start and finish come from the job's own result (each task returns when its body
+started and finished, and in which process), so a wait (start - enqueued) is what a user
+of the job would see, with no ack or bookkeeping latency mixed in, and the same whether
+the body ran in a thread, on an event loop or in a child process.
+"""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..context import current_job
+from ..job import Job
 from ..worker import PoolSpec
 from .scenario import CLASSES
 
 
 @dataclass(frozen=True, slots=True)
 class ClassStats:
-    """One job class in one run. Waits in ms; completion in s from the run's first enqueue."""
+    """One job class in one run. Waits in ms; completion in s from the run's first enqueue;
+    ``processes``: how many child processes ran its jobs (0: the worker process itself)."""
 
     job_class: str
     jobs: int
@@ -22,6 +28,7 @@ class ClassStats:
     p95_wait_ms: float
     max_wait_ms: float
     completion_s: float
+    processes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,59 +63,19 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-class Recorder:
-    """Thread-safe record of each job's enqueue, start and finish times (epoch seconds).
-
-    The start is taken inside the task body, keyed by ``current_job().id``: the wait it
-    gives (start - enqueued_at) is what a user of the job would see, with no ack or
-    bookkeeping latency mixed in.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.enqueued: dict[int, tuple[str, float]] = {}
-        self.started: dict[int, float] = {}
-        self.finished: dict[int, float] = {}
-        self.running = dict.fromkeys(CLASSES, 0)
-        self.done = dict.fromkeys(CLASSES, 0)
-
-    def on_enqueue(self, job_id: int, job_class: str, enqueued_at: float) -> None:
-        with self._lock:
-            self.enqueued[job_id] = (job_class, enqueued_at)
-
-    def work(self, seconds: float) -> None:
-        """A task body: note the start, 'work' for ``seconds``, note the finish."""
-        started = time.time()
-        job = current_job()
-        with self._lock:
-            self.started[job.id] = started
-            self.running[job.queue] += 1
-        time.sleep(seconds)
-        with self._lock:
-            self.finished[job.id] = time.time()
-            self.running[job.queue] -= 1
-            self.done[job.queue] += 1
-
-    def snapshot(self) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
-        """Per class: enqueued, running and done counts."""
-        with self._lock:
-            enqueued = dict.fromkeys(CLASSES, 0)
-            for job_class, _ in self.enqueued.values():
-                enqueued[job_class] += 1
-            return enqueued, dict(self.running), dict(self.done)
-
-    def stats(self) -> dict[str, ClassStats]:
-        """Per class figures; call once every enqueued job has finished."""
-        with self._lock:
-            first = min(at for _, at in self.enqueued.values())
-            out = {}
-            for job_class in CLASSES:
-                ids = [i for i, (c, _) in self.enqueued.items() if c == job_class]
-                if not ids:
-                    continue
-                waits = [max(0.0, self.started[i] - self.enqueued[i][1]) * 1000 for i in ids]
-                out[job_class] = ClassStats(
-                    job_class, len(ids), percentile(waits, 50), percentile(waits, 95),
-                    max(waits), max(self.finished[i] for i in ids) - first,
-                )  # fmt: skip
-            return out
+def class_stats(classes: Mapping[int, str], jobs: Mapping[int, Job]) -> dict[str, ClassStats]:
+    """Per class figures from the finished jobs (``classes``: job id -> job class)."""
+    first = min(jobs[i].enqueued_at for i in classes)
+    here = os.getpid()
+    out = {}
+    for job_class in CLASSES:
+        done = [jobs[i] for i, c in classes.items() if c == job_class]
+        if not done:
+            continue
+        waits = [max(0.0, j.result["started"] - j.enqueued_at) * 1000 for j in done]
+        pids = {j.result["pid"] for j in done} - {here}
+        out[job_class] = ClassStats(
+            job_class, len(done), percentile(waits, 50), percentile(waits, 95), max(waits),
+            max(j.result["finished"] for j in done) - first, len(pids),
+        )  # fmt: skip
+    return out

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..app import App
 from ..worker import PoolSpec
+from . import tasks
 
 CLASSES = ("transcode", "email", "index")
-SHARED_POOLS = (PoolSpec("shared", CLASSES, 10),)
+SHARED_POOLS = (PoolSpec("shared", CLASSES, 10, "process"),)
 SEPARATE_POOLS = (
-    PoolSpec("transcode", ("transcode",), 4),
-    PoolSpec("email", ("email",), 3),
-    PoolSpec("index", ("index",), 2),
+    PoolSpec("transcode", ("transcode",), 4, "process"),
+    PoolSpec("email", ("email",), 3, "async"),
+    PoolSpec("index", ("index",), 2, "thread"),
 )
 DEFAULT_SEED = 900  # 09:00
 
 BURST_GAP = 0.005  # seconds between two transcode enqueues of the burst
+TRANSCODE_CPU = (0.35, 0.45)  # seconds of CPU per transcode (hashing, calibrated at start)
 TRICKLE_START = 0.25  # the trickle starts shortly after the burst
 # job class: (seconds between arrivals, seconds of work)
 TRICKLE = {
@@ -28,20 +32,42 @@ TRICKLE = {
 
 @dataclass(frozen=True, slots=True)
 class Arrival:
-    """One job to enqueue ``at`` seconds after the run starts; its body takes ``seconds``."""
+    """One job to enqueue ``at`` seconds after the run starts; its body takes ``seconds``
+    (of CPU for a transcode, of waiting for the others)."""
 
     at: float
     job_class: str
     seconds: float
 
 
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One way to budget the slots: the pools, and the app whose tasks fit their models."""
+
+    label: str
+    app: App
+    pools: tuple[PoolSpec, ...]
+    tasks: dict[str, str]  # job class -> task name
+
+
+SHARED = Layout(
+    "one shared pool", tasks.shared_app, SHARED_POOLS,
+    {"transcode": "transcode_video", "email": "send_email_sync", "index": "update_search_index"},
+)  # fmt: skip
+SEPARATE = Layout(
+    "separate pools", tasks.app, SEPARATE_POOLS,
+    {"transcode": "transcode_video", "email": "send_email", "index": "update_search_index"},
+)  # fmt: skip
+
+
 def build_schedule(quick: bool = False, seed: int = DEFAULT_SEED) -> list[Arrival]:
-    """Seeded arrivals: a burst of transcodes (~0.5 s each), then emails (~20 ms, one every
-    50-100 ms) and index updates (~50 ms, one every ~100 ms) trickling in for a few seconds."""
+    """Seeded arrivals: a burst of transcodes (~0.4 s of CPU each), then emails (~20 ms, one
+    every 50-100 ms) and index updates (~50 ms, one every ~100 ms) trickling in for a few
+    seconds."""
     rng = random.Random(seed)
     transcodes, trickle_end = (12, 1.5) if quick else (40, 3.5)
     arrivals = [
-        Arrival(round(i * BURST_GAP, 4), "transcode", rng.uniform(0.45, 0.55))
+        Arrival(round(i * BURST_GAP, 4), "transcode", rng.uniform(*TRANSCODE_CPU))
         for i in range(transcodes)
     ]
     for job_class, (gap, work) in TRICKLE.items():
@@ -52,8 +78,14 @@ def build_schedule(quick: bool = False, seed: int = DEFAULT_SEED) -> list[Arriva
     return sorted(arrivals, key=lambda a: a.at)
 
 
+def cores() -> int:
+    """CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def budget_text(pools: Sequence[PoolSpec]) -> str:
-    """``10 slots over transcode, email, index`` or ``transcode 4, email 3, index 2``."""
+    """``10 process slots over transcode, email, index`` or
+    ``transcode 4 process, email 3 async, index 2 thread``."""
     if len(pools) == 1:
-        return f"{pools[0].slots} slots over {', '.join(pools[0].queues)}"
-    return ", ".join(f"{p.name} {p.slots}" for p in pools)
+        return f"{pools[0].slots} {pools[0].model} slots over {', '.join(pools[0].queues)}"
+    return ", ".join(f"{p.name} {p.slots} {p.model}" for p in pools)

@@ -352,12 +352,15 @@ class Worker:
             try:
                 # Idle pools look first with a read-only probe: a wake-up caused by some
                 # other worker's commit must not make every idle worker take the write lock.
-                if not pool.backlog and not self.broker.has_work(queues):
+                probe = not pool.backlog and not self.broker.cheap_empty_claim
+                if probe and not self.broker.has_work(queues):
                     claimed = []
                 else:
                     wanted = pool.free
                     claimed = self._claim(pool, wanted)
                     pool.backlog = len(claimed) == wanted
+                for job in claimed:  # start them before any further look at the broker
+                    self._dispatch(pool, job)
                 if not pool.backlog:
                     # A wake-up that raced with this look keeps the pool looking.
                     pool.maybe_more = self._wake_gen != seen
@@ -368,8 +371,6 @@ class Worker:
                 self._broker_trouble(exc)
                 return None
             self._broker_ok()
-            for job in claimed:
-                self._dispatch(pool, job)
         return next_due
 
     def _claim(self, pool: PoolState, wanted: int) -> list[ClaimedJob]:

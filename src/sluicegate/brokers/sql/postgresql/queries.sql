@@ -83,7 +83,17 @@ WHERE j.id = candidates.id
 RETURNING {job_columns_j};
 
 -- name: probe_work
-SELECT EXISTS (SELECT 1 FROM {schema}.jobs WHERE state = 'ready' AND queue = ANY(%(queues)s))
+-- Per queue, the first entry of jobs_ready (an index-only look, whatever the table's size;
+-- a plain EXISTS over queue = ANY(...) lets the planner pick a sequential scan).
+SELECT EXISTS (
+           SELECT 1 FROM unnest(%(queues)s::text[]) AS q(name)
+           CROSS JOIN LATERAL (
+               SELECT 1 FROM {schema}.jobs
+               WHERE state = 'ready' AND queue = q.name
+               ORDER BY priority, run_at, id
+               LIMIT 1
+           ) AS first
+       )
     OR EXISTS (SELECT 1 FROM {schema}.jobs
                WHERE state = 'scheduled' AND run_at <= {now} AND queue = ANY(%(queues)s));
 
