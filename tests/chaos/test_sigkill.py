@@ -2,7 +2,7 @@
 
 Delivery is at-least-once: every job ends succeeded and has at least one side effect;
 a side effect is repeated only for jobs that were in flight on a killed worker, so the
-duplicates are bounded by kills x slots per worker.
+duplicates are bounded by kills x slots per worker. On SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -13,9 +13,12 @@ import signal
 import time
 
 import chaosapp
+from sg_brokers import over_brokers
 from sg_harness import Fleet, WorkerProcess, counts, enqueue_batch, held_by, wait_for
 
 from sluicegate import App, JobState
+
+pytestmark = over_brokers
 
 WORKERS = 4
 SLOTS = 4

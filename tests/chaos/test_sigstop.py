@@ -1,19 +1,24 @@
 """A frozen worker (SIGSTOP) loses its lease; another worker recovers and finishes the job;
 when the frozen one resumes (SIGCONT) its outcome is fenced off and never overwrites --
-whether it resumes after the new owner acked or while the new owner still runs the job."""
+whether it resumes after the new owner acked or while the new owner still runs the job.
+On SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 import signal
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import chaosapp
 import pytest
+import sg_brokers
 from sg_harness import Fleet, WorkerProcess, enqueue, held_by, wait_for
 
 from sluicegate import App, Job, JobState
+
+pytestmark = sg_brokers.over_brokers
 
 LEASE = 1.0
 A_RUN = 2.0  # seconds attempt 1 sleeps (on A)
@@ -37,16 +42,27 @@ def db_writable(path: str) -> bool:
         conn.close()
 
 
-def freeze(worker: WorkerProcess, db_path: str) -> None:
-    """SIGSTOP the worker at a moment it holds no SQLite write lock (else nobody could write)."""
+def others_can_proceed(broker_name: str, db_url: str, job: Job) -> Callable[[], bool]:
+    """A probe: could another worker write now? SQLite: nobody holds the file's write lock.
+    PostgreSQL: nobody holds the job's row lock in an open transaction (SKIP LOCKED claims
+    and recovery would pass the row by while its holder is frozen)."""
+    if broker_name == "sqlite":
+        path = db_url.removeprefix("sqlite:///")
+        return lambda: db_writable(path)
+    return lambda: sg_brokers.row_lockable(db_url, job.id)
+
+
+def freeze(worker: WorkerProcess, others_can_proceed: Callable[[], bool]) -> None:
+    """SIGSTOP the worker at a moment it holds no lock others need (a frozen holder would
+    block everyone: a SQLite write lock, or a PostgreSQL row lock mid-transaction)."""
     for _ in range(50):
         worker.send(signal.SIGSTOP)
         wait_for(lambda: process_state(worker.pid) == "T", timeout=10, what="SIGSTOP to land")
-        if db_writable(db_path):
+        if others_can_proceed():
             return
         worker.send(signal.SIGCONT)
         time.sleep(0.05)
-    raise AssertionError("the worker always held the write lock when frozen")
+    raise AssertionError("the worker always held a lock others need when frozen")
 
 
 def runs(effects_db: str) -> list[tuple[int, int]]:
@@ -60,14 +76,14 @@ def on(app: App, job: Job, worker: WorkerProcess, state: JobState) -> bool:
 
 @pytest.mark.parametrize("resume", ["after_b_acked", "while_b_runs"])
 def test_frozen_worker_cannot_overwrite_the_new_owners_outcome(
-    resume: str, fleet: Fleet, producer: App, effects_db: str, tmp_path: Path
+    resume: str, broker_name: str, db_url: str, fleet: Fleet, producer: App, effects_db: str
 ) -> None:
     b_run = 0.0 if resume == "after_b_acked" else 4.0
     job = enqueue(producer, chaosapp.timed_attempts, effects_db, [A_RUN, b_run])
     a = fleet.start(["slow=slow:1"], lease=LEASE, shutdown_timeout=10)
     wait_for(lambda: on(producer, job, a, JobState.RUNNING), what=a.log)
     a_started = time.monotonic()
-    freeze(a, str(tmp_path / "jobs.db"))
+    freeze(a, others_can_proceed(broker_name, db_url, job))
 
     b = fleet.start(["slow=slow:1"], lease=LEASE, shutdown_timeout=10)
 

@@ -1,6 +1,6 @@
 """A task that kills its whole (thread-model) worker: the job comes back by lease expiry,
 charged an attempt each time, and is dead with "worker lost" once attempts run out --
-restarted workers do not crash forever."""
+restarted workers do not crash forever. On SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import signal
 import time
 
 import chaosapp
+from sg_brokers import over_brokers
 from sg_harness import Fleet, enqueue, wait_for
 
 from sluicegate import App, JobState
+
+pytestmark = over_brokers
 
 LEASE = 1.0
 POOL = "crash=crash:1"

@@ -1,4 +1,5 @@
-"""Fixtures for worker tests: an App on a real SQLite file, in-process workers run in
+"""Fixtures for worker tests: an App on a real SQLite file (or a fresh PostgreSQL schema
+for modules that opt in with ``sg_brokers.over_brokers``), in-process workers run in
 threads (stopped and joined at teardown), and real ``sluicegate worker`` processes."""
 
 from __future__ import annotations
@@ -15,20 +16,29 @@ APPS = Path(__file__).resolve().parents[1] / "apps"
 if str(APPS) not in sys.path:
     sys.path.insert(0, str(APPS))
 
-from sg_harness import Fleet, sqlite_url  # noqa: E402
+import sg_brokers  # noqa: E402
+from sg_harness import Fleet  # noqa: E402
 
 from sluicegate import App  # noqa: E402
 from sluicegate.worker import PoolSpec, Worker  # noqa: E402
 
 
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return sqlite_url(tmp_path / "jobs.db")
+def broker_name(request: pytest.FixtureRequest) -> str:
+    """``sqlite`` unless the test is parametrised (indirectly) over ``sg_brokers.BROKERS``."""
+    return str(getattr(request, "param", "sqlite"))
+
+
+@pytest.fixture
+def db_url(broker_name: str, tmp_path: Path) -> Iterator[str]:
+    """The test's broker URL; a PostgreSQL schema is dropped after everything using it."""
+    with sg_brokers.broker_url(broker_name, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture
 def app(db_url: str) -> Iterator[App]:
-    """A fresh App with no tasks, on its own SQLite file; closed at teardown."""
+    """A fresh App with no tasks, on the test's own broker; closed at teardown."""
     app = App(broker=db_url)
     yield app
     app.close()

@@ -1,7 +1,8 @@
 """Graceful shutdown of real ``sluicegate worker`` processes on SIGTERM and SIGINT.
 
 Stop claiming at once, let in-flight jobs finish within --shutdown-timeout, release the
-rest without charging an attempt, exit 0; a second signal releases at once.
+rest without charging an attempt, exit 0; a second signal releases at once. Every test
+runs on SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ import signal
 
 import chaosapp
 import pytest
+from sg_brokers import over_brokers
 from sg_harness import Fleet, WorkerProcess, counts, enqueue, held_by, wait_for
 
 from sluicegate import App, Job, JobState
+
+pytestmark = over_brokers
 
 SIGNALS = pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
 

@@ -47,6 +47,10 @@ CONNECT_DEFAULTS: dict[str, Any] = {
     "connect_timeout": 5, "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
     "keepalives_count": 3, "tcp_user_timeout": 10_000,
 }  # fmt: skip
+# The pool's own reconnect attempts back off exponentially; past this many seconds it
+# gives up its background attempt and the next request tries afresh, so reconnects stay
+# within a few seconds of the server coming back.
+RECONNECT_CAP = 5.0
 SCHEMA_PATTERN = re.compile(r"[a-z_][a-z0-9_]{0,49}")
 OUR_OPTIONS = {"schema", "migrate", "pool_max", "poll_interval"}
 BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -211,7 +215,7 @@ class PostgresBroker(Broker):
         self._pool = psycopg_pool.ConnectionPool(
             self.dsn, min_size=1, max_size=pool_max, open=False,
             kwargs={"autocommit": False, **CONNECT_DEFAULTS}, name=f"sluicegate-{self.schema}",
-            timeout=5.0,
+            timeout=5.0, reconnect_timeout=RECONNECT_CAP,
         )  # fmt: skip
         # One direct connection first: an unreachable server or a refused login fails at
         # once with the server's own words, not after the pool's timeout.
@@ -331,6 +335,7 @@ class PostgresBroker(Broker):
                 self._task_pool = psycopg_pool.ConnectionPool(
                     self.dsn, min_size=0, max_size=TASK_POOL_MAX, open=True, max_idle=60.0,
                     kwargs={"autocommit": False, **CONNECT_DEFAULTS}, timeout=30.0,
+                    reconnect_timeout=RECONNECT_CAP,
                     name=f"sluicegate-{self.schema}-tasks",
                 )  # fmt: skip
             return self._task_pool
