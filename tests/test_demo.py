@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -47,11 +49,16 @@ def test_quick_demo_separate_pools_cut_email_wait(
     result = run_demo(quick=True, console=Console(file=out, width=200))
 
     shared, separate = result.shared.classes, result.separate.classes
-    assert separate["email"].p95_wait_ms < shared["email"].p95_wait_ms
+    assert separate["email"].p95_wait_ms * 5 < shared["email"].p95_wait_ms
     # The shared pool's cost is structural: emails that arrive during the burst wait for it.
     assert shared["email"].max_wait_ms > 100
-    # And so is separate budgets' cost: 4 transcode slots finish the burst later than 10.
-    assert separate["transcode"].completion_s > shared["transcode"].completion_s
+    # Each class ran in the model its pool names: transcodes in child processes (at most the
+    # 4 of their own pool when separate), emails and index updates in the worker process
+    # itself when separate (async loop, threads), in the shared pool's children otherwise.
+    assert 4 < shared["transcode"].processes <= 10
+    assert 1 <= separate["transcode"].processes <= 4
+    assert shared["email"].processes >= 1 and shared["index"].processes >= 1
+    assert separate["email"].processes == 0 and separate["index"].processes == 0
     schedule = build_schedule(quick=True)
     for run in (result.shared, result.separate):
         for job_class, stats in run.classes.items():
@@ -63,3 +70,8 @@ def test_quick_demo_separate_pools_cut_email_wait(
     # Nothing left behind: not in the temporary folder, not in the working directory.
     assert list(temp.iterdir()) == []
     assert list(cwd.iterdir()) == []
+    # The worker's async loop is closed, not left to the garbage collector to warn about.
+    for thread in threading.enumerate():
+        if thread.name.endswith("-loop"):
+            thread.join(timeout=5)
+    gc.collect()

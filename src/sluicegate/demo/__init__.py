@@ -18,7 +18,7 @@ import time
 from rich.console import Console
 
 from .measure import ClassStats, DemoResult, RunResult, percentile
-from .report import conclude, report
+from .report import MODEL_NOTE, conclude, report
 from .run import run_scenario
 from .scenario import (
     CLASSES,
@@ -72,10 +72,11 @@ def run_demo(
     shared, separate = runs
     console.print()
     console.print(report(shared, separate))
+    console.print(MODEL_NOTE, style="dim", highlight=False)
     conclusion = conclude(shared, separate)
     console.print()
     for line in conclusion:
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)
     elapsed = time.monotonic() - began
     console.print(f"[dim]demo took {elapsed:.1f} s[/]")
     return DemoResult(quick, shared, separate, conclusion, elapsed)

@@ -10,8 +10,8 @@ from .scenario import CLASSES, budget_text, cores
 
 SAME = 0.10  # completion times within 10% of each other are "about the same"
 MODEL_NOTE = (
-    "a pool has one model: shared uses processes (CPU-bound transcodes need them), "
-    "so its emails ran as send_email_sync"
+    "A pool has one model: the shared pool ran everything in processes, as the CPU-bound "
+    "transcodes need, so its emails ran as send_email_sync (a coroutine cannot run there)."
 )
 
 
@@ -29,8 +29,8 @@ def _transcode_cost(shared: RunResult, separate: RunResult) -> str:
         n = cores()
         if slots >= n:
             return (
-                f", and transcodes finished about as soon {figures}: on {n} core"
-                f"{'s' if n != 1 else ''}, {slots} CPU-bound processes already keep the CPU busy."
+                f", and transcodes finished about as soon {figures}: {slots} processes already "
+                f"keep {n} core{'s' if n != 1 else ''} busy."
             )
         return f", and transcodes finished about as soon {figures}."
     if p_tc > s_tc:
@@ -69,8 +69,7 @@ def report(shared: RunResult, separate: RunResult) -> Table:
         title="Same arrivals, two ways to budget the slots",
         caption=f"shared: {budget_text(shared.pools)}\n"
         f"separate: {budget_text(separate.pools)} ({n} core{'s' if n != 1 else ''} here)\n"
-        "wait = enqueued -> started; done after = run start -> class's last job done\n"
-        f"{MODEL_NOTE}",
+        "wait = enqueued -> started; done after = run start -> class's last job done",
         caption_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
         collapse_padding=True,
     )  # fmt: skip

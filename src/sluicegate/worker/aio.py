@@ -84,22 +84,24 @@ class AsyncExecutor:
             if stalled < self.blocked_after:
                 reported = False
                 continue
-            if not reported:
+            culprit = self._blocking_task()
+            if culprit is not None and not reported:  # no task on the stack: CPU starvation
                 reported = True
                 log.warning(
-                    "pool %s: task %s blocked the event loop for %.1f s (a sync call in a "
+                    "pool %s: task %r blocked the event loop for %.1f s (a sync call in a "
                     "coroutine?); other async jobs in this pool are stalled",
-                    self.name, self._blocking_task(), stalled,
+                    self.name, culprit, stalled,
                 )  # fmt: skip
 
-    def _blocking_task(self) -> str:
+    def _blocking_task(self) -> str | None:
+        """The running task whose code is on the loop thread's stack, if any."""
         frame = sys._current_frames().get(self._thread.ident or -1)
         names = set(self._running.values())
         while frame is not None:
             if frame.f_code.co_name in names:
-                return repr(frame.f_code.co_name)
+                return frame.f_code.co_name
             frame = frame.f_back
-        return "of " + (", ".join(sorted(names)) or "(unknown)")
+        return None
 
     def stop(self) -> None:
         self._stop.set()

@@ -59,7 +59,10 @@ def child_main(
 ) -> None:
     """A child's life: import the app, then run one job per message until told to stop."""
     _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides when children stop
+    # The worker decides when children stop: a SIGTERM or SIGINT sent to the whole process
+    # group (systemd, Ctrl-C) must not kill jobs the worker is still draining.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if max_memory_mb:
         import resource
 
@@ -69,6 +72,7 @@ def child_main(
     from .runner import run_job
 
     app = load_app(app_path)
+    conn.send_bytes(b'"ready"')  # only now does the parent hand it work (and start clocks)
     while True:
         try:
             message = conn.recv_bytes()
@@ -98,6 +102,7 @@ class Child:
     process: Any  # multiprocessing.Process from the spawn context
     conn: Connection
     jobs_done: int = 0
+    ready: bool = False  # has imported the app; work (and its timeout clock) waits for this
     item: WorkItem | None = None
     deadline: float | None = None
 
@@ -181,7 +186,7 @@ class ProcessExecutor:
         """Hand waiting items to idle children (call with the lock held). An item can wait
         only for the moment between a child's death being reported and its replacement."""
         while self._waiting:
-            child = next((c for c in self._children if c.item is None), None)
+            child = next((c for c in self._children if c.ready and c.item is None), None)
             if child is None:
                 return
             item = self._waiting.popleft()
@@ -235,6 +240,11 @@ class ProcessExecutor:
         except (EOFError, OSError):
             child.process.join(timeout=1)
             self._replace(child, death_reason(child.process.exitcode))
+            return
+        if reply == "ready":
+            with self._lock:
+                child.ready = True
+                self._assign()
             return
         child.jobs_done += 1
         over_memory = self.max_memory_mb and reply.get("rss", 0) > self.max_memory_mb * 0.8 * 2**20
