@@ -194,6 +194,11 @@ class ClaimedJob:
     problem: str | None = None  # set when the stored row cannot be decoded: the job goes dead
 
 
+def in_claim_order(claimed: list[ClaimedJob]) -> list[ClaimedJob]:
+    """(priority, run_at, id): the order every broker hands claimed jobs to a worker."""
+    return sorted(claimed, key=lambda c: (c.job.priority, c.job.run_at, c.job.id))
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """A validated, encoded job ready to be stored by ``enqueue``."""

@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..codec import dumps, loads
 from ..errors import BrokerUnavailable, ConfigError, InvalidTransition, JobNotFound, LeaseLost
-from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState
+from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState, in_claim_order
 from ..outcomes import Failed, Outcome, Succeeded
 from .base import Broker, QueueStats, Recovery, Retention, Stats
 from .sqlfiles import load_migrations, load_queries
@@ -472,8 +472,7 @@ class PostgresBroker(Broker):
             "queues": list(dict.fromkeys(queues)), "n": n, "token": token, "lease": lease,
             "worker": worker_id, "now": now,
         }).fetchall()  # fmt: skip
-        claimed = [_claimed_from_row(r, token) for r in rows]
-        return sorted(claimed, key=lambda c: (c.job.priority, c.job.run_at, c.job.id))
+        return in_claim_order([_claimed_from_row(r, token) for r in rows])
 
     def record_and_claim(
         self, started: Sequence[Claim], outcomes: Sequence[Outcome], queues: Sequence[str],

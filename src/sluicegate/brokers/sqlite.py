@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from ..codec import loads
 from ..errors import BrokerUnavailable, ConfigError, InvalidTransition, JobNotFound
-from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState
+from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState, in_claim_order
 from ..outcomes import Failed, Outcome, Succeeded
 from .base import Broker, QueueStats, Recovery, Retention, Stats
 from .sqlfiles import load_migrations, load_queries
@@ -289,8 +289,7 @@ class SQLiteBroker(Broker):
         conn.execute(Q["promote_due"], {"now": now})
         params.update(n=n, token=token, now=now, lease=lease, worker=worker_id)
         rows = conn.execute(self._claim_statement(len(queues)), params).fetchall()
-        claimed = [_claimed_from_row(r, token) for r in rows]
-        return sorted(claimed, key=lambda c: (c.job.priority, c.job.run_at, c.job.id))
+        return in_claim_order([_claimed_from_row(r, token) for r in rows])
 
     def record_and_claim(
         self, started: Sequence[Claim], outcomes: Sequence[Outcome], queues: Sequence[str],
