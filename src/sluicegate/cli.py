@@ -378,7 +378,7 @@ def migrate(broker_url: str | None) -> None:
     owns the schema, and give workers and producers URLs with ?migrate=false.
     """
     broker = open_app(broker_url).broker
-    applied = broker.migrate() or getattr(broker, "migrations_applied", [])
+    applied = broker.migrate() or broker.migrations_applied
     click.echo(
         f"applied migration(s): {', '.join(map(str, applied))}"
         if applied

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError, LeaseLost
+from ..errors import ConfigError, InvalidTransition, JobNotFound, LeaseLost
 from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState
 from ..outcomes import Failed, Outcome, Succeeded
 
@@ -46,6 +46,19 @@ class Recovery:
     dead: list[JobId] = field(default_factory=list)
 
 
+def refusal(verb: str, job_id: int, state: str | None) -> JobNotFound | InvalidTransition:
+    """The error for an operator action (cancel, retry) that changed nothing."""
+    if state is None:
+        return JobNotFound(f"job {job_id} not found")
+    return InvalidTransition(f"cannot {verb} job {job_id}: it is {state}")
+
+
+def unique_key_taken(job_id: int) -> InvalidTransition:
+    return InvalidTransition(
+        f"cannot retry job {job_id}: another unfinished job holds its unique key"
+    )
+
+
 DAY = 86_400.0
 
 
@@ -68,7 +81,7 @@ class Retention:
 WORKER_LOST = "WorkerLost"
 
 
-def worker_lost_error(lease_expires_at: float | None, worker_id: str | None) -> ErrorInfo:
+def worker_lost_error(worker_id: str | None) -> ErrorInfo:
     return ErrorInfo(
         type=WORKER_LOST,
         message=f"worker lost: lease of worker {worker_id or '?'} expired without a heartbeat",
@@ -79,7 +92,7 @@ class Broker(ABC):
     """Durable job storage. Implementations: memory, sqlite (and postgresql later)."""
 
     url: str
-    migrations_applied: list[int]  # versions this handle applied (at open or by migrate())
+    migrations_applied: Sequence[int] = ()  # versions this handle applied (open or migrate())
     supports_transactions = False  # enqueue(connection=...) and transactional tasks
     cheap_empty_claim = False  # False: probe (read-only) before a claim that takes a write lock
 
@@ -150,13 +163,26 @@ class Broker(ABC):
 
     def migrate(self) -> list[int]:
         """Create or upgrade the storage schema; returns the migration versions applied."""
-        self.migrations_applied = getattr(self, "migrations_applied", [])
         return []
 
     # ---- retention -----------------------------------------------------
-    @abstractmethod
     def prune(self, retention: Retention, batch: int = 1000) -> int:
-        """Delete finished jobs older than their state's retention; returns how many."""
+        """Delete finished jobs older than their state's retention; returns how many.
+
+        One small batch per transaction, repeated until a batch comes back short.
+        """
+        deleted = 0
+        for state, older_than in retention.by_state().items():
+            while True:
+                count = self._prune_batch(state, older_than, batch)
+                deleted += count
+                if count < batch:
+                    break
+        return deleted
+
+    def _prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
+        """Delete at most ``batch`` jobs of ``state`` finished over ``older_than`` s ago."""
+        raise NotImplementedError
 
     # ---- transactional completion -----------------------------------------
     def transaction(self) -> contextlib.AbstractContextManager[Any]:

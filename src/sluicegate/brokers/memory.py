@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..codec import loads
-from ..errors import ConfigError, InvalidTransition, JobNotFound
+from ..errors import ConfigError
 from ..job import (
     HELD,
     UNFINISHED,
@@ -28,7 +28,7 @@ from ..job import (
     initial_state,
 )
 from ..outcomes import Outcome, Succeeded
-from .base import Broker, QueueStats, Recovery, Retention, Stats, worker_lost_error
+from .base import Broker, QueueStats, Recovery, Stats, refusal, unique_key_taken, worker_lost_error
 from .wakeups import Subscribers
 
 
@@ -211,7 +211,7 @@ class MemoryBroker(Broker):
                 if j.state in HELD and j.lease_expires_at is not None and j.lease_expires_at < now
             ][:limit]  # fmt: skip
             for job in expired:
-                error = worker_lost_error(job.lease_expires_at, job.worker_id)
+                error = worker_lost_error(job.worker_id)
                 if job.attempts >= job.max_attempts:
                     self._set(job, Event.RECOVER_DEAD, last_error=error, finished_at=now,
                               lease_expires_at=None)  # fmt: skip
@@ -225,46 +225,38 @@ class MemoryBroker(Broker):
         return result
 
     # ---- operator actions -------------------------------------------------------
-    def _get(self, job_id: int) -> Job:
+    def _get(self, job_id: int, verb: str, event: Event) -> Job:
         job = self._jobs.get(JobId(job_id))
-        if job is None:
-            raise JobNotFound(f"job {job_id} not found")
+        if job is None or not can_apply(job.state, event):
+            raise refusal(verb, job_id, job.state.value if job else None)
         return job
 
     def cancel(self, job_id: int) -> Job:
         with self._lock:
-            job = self._get(job_id)
-            if not can_apply(job.state, Event.CANCEL):
-                raise InvalidTransition(f"cannot cancel job {job_id}: it is {job.state.value}")
+            job = self._get(job_id, "cancel", Event.CANCEL)
             return self._set(job, Event.CANCEL, finished_at=self._clock(), lease_expires_at=None)
 
     def retry(self, job_id: int) -> Job:
         with self._lock:
-            job = self._get(job_id)
-            if not can_apply(job.state, Event.REVIVE):
-                raise InvalidTransition(f"cannot retry job {job_id}: it is {job.state.value}")
+            job = self._get(job_id, "retry", Event.REVIVE)
             if job.unique_key is not None and any(
                 j.unique_key == job.unique_key and j.state in UNFINISHED
                 for j in self._jobs.values()
             ):
-                raise InvalidTransition(
-                    f"cannot retry job {job_id}: another unfinished job holds its unique key"
-                )
+                raise unique_key_taken(job_id)
             revived = self._set(job, Event.REVIVE, attempts=0, run_at=self._clock(),
                                 finished_at=None, lease_expires_at=None, worker_id=None)  # fmt: skip
         self._subscribers.notify_local()
         return revived
 
     # ---- retention -----------------------------------------------------------------
-    def prune(self, retention: Retention, batch: int = 1000) -> int:
+    def _prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
         with self._lock:
-            now = self._clock()
-            limits = retention.by_state()
+            cutoff = self._clock() - older_than
             doomed = [
                 j.id for j in self._jobs.values()
-                if j.state in limits and j.finished_at is not None
-                and j.finished_at < now - limits[j.state]
-            ]  # fmt: skip
+                if j.state is state and j.finished_at is not None and j.finished_at < cutoff
+            ][:batch]  # fmt: skip
             for job_id in doomed:
                 del self._jobs[job_id]
                 self._tokens.pop(job_id, None)

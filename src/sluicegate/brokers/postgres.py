@@ -24,10 +24,10 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..codec import dumps, loads
-from ..errors import BrokerUnavailable, ConfigError, InvalidTransition, JobNotFound, LeaseLost
+from ..errors import BrokerUnavailable, ConfigError, JobNotFound, LeaseLost
 from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState, in_claim_order
 from ..outcomes import Failed, Outcome, Succeeded
-from .base import Broker, QueueStats, Recovery, Retention, Stats
+from .base import Broker, QueueStats, Recovery, Stats, refusal, unique_key_taken
 from .sqlfiles import load_migrations, load_queries
 from .wakeups import Subscribers
 
@@ -625,9 +625,7 @@ class PostgresBroker(Broker):
         try:
             job = self._operator_action("revive", job_id)
         except psycopg.errors.UniqueViolation:
-            raise InvalidTransition(
-                f"cannot retry job {job_id}: another unfinished job holds its unique key"
-            ) from None
+            raise unique_key_taken(job_id) from None
         self._subscribers.notify_local()
         return job
 
@@ -643,10 +641,8 @@ class PostgresBroker(Broker):
                 current = conn.execute(self._queries["get_job"], {"id": job_id}).fetchone()
         if row is not None:
             return _row_to_job(row)
-        if current is None:
-            raise JobNotFound(f"job {job_id} not found")
         verb = "cancel" if query == "cancel" else "retry"
-        raise InvalidTransition(f"cannot {verb} job {job_id}: it is {current[5]}")
+        raise refusal(verb, job_id, current[5] if current else None)
 
     # ---- read side -----------------------------------------------------------------------------------
     def get_job(self, job_id: int) -> Job | None:
@@ -678,24 +674,13 @@ class PostgresBroker(Broker):
         )
 
     # ---- retention -------------------------------------------------------------------------------------
-    def prune(self, retention: Retention, batch: int = 1000) -> int:
-        """Delete finished jobs older than their retention, one small batch per transaction.
-
-        Pruners may run at once: each batch locks its rows with SKIP LOCKED, so two pruners
-        delete disjoint rows and each counts only its own deletions.
-        """
-        deleted = 0
-        for state, older_than in retention.by_state().items():
-            while True:
-                with self._conn() as conn:
-                    count = conn.execute(self._queries["prune"], {
-                        "state": state.value, "older_than": older_than, "batch": batch,
-                        "now": self._now(),
-                    }).rowcount  # fmt: skip
-                deleted += count
-                if count < batch:
-                    break
-        return deleted
+    def _prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
+        """Pruners may run at once: SKIP LOCKED gives each its own rows and its own count."""
+        with self._conn() as conn:
+            return int(conn.execute(self._queries["prune"], {
+                "state": state.value, "older_than": older_than, "batch": batch,
+                "now": self._now(),
+            }).rowcount)  # fmt: skip
 
     # ---- wake-ups ------------------------------------------------------------------------------------------
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:

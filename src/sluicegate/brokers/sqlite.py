@@ -21,10 +21,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ..codec import loads
-from ..errors import BrokerUnavailable, ConfigError, InvalidTransition, JobNotFound
+from ..errors import BrokerUnavailable, ConfigError
 from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState, in_claim_order
 from ..outcomes import Failed, Outcome, Succeeded
-from .base import Broker, QueueStats, Recovery, Retention, Stats
+from .base import Broker, QueueStats, Recovery, Stats, refusal, unique_key_taken
 from .sqlfiles import load_migrations, load_queries
 from .wakeups import Subscribers
 
@@ -398,9 +398,7 @@ class SQLiteBroker(Broker):
         try:
             job = self._operator_action("revive", job_id)
         except sqlite3.IntegrityError:
-            raise InvalidTransition(
-                f"cannot retry job {job_id}: another unfinished job holds its unique key"
-            ) from None
+            raise unique_key_taken(job_id) from None
         self._subscribers.notify_local()
         return job
 
@@ -411,27 +409,14 @@ class SQLiteBroker(Broker):
                 current = conn.execute(Q["get_job"], {"id": job_id}).fetchone()
         if row is not None:
             return _row_to_job(row)
-        if current is None:
-            raise JobNotFound(f"job {job_id} not found")
         verb = "cancel" if query == "cancel" else "retry"
-        raise InvalidTransition(f"cannot {verb} job {job_id}: it is {current['state']}")
+        raise refusal(verb, job_id, current["state"] if current else None)
 
     # ---- retention ------------------------------------------------------------
-    def prune(self, retention: Retention, batch: int = 1000) -> int:
-        deleted = 0
-        for state, older_than in retention.by_state().items():
-            while True:
-                with self._write() as conn:
-                    params = {
-                        "state": state.value,
-                        "cutoff": self._clock() - older_than,
-                        "batch": batch,
-                    }
-                    count = conn.execute(Q["prune"], params).rowcount
-                deleted += count
-                if count < batch:
-                    break
-        return deleted
+    def _prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
+        with self._write() as conn:
+            params = {"state": state.value, "cutoff": self._clock() - older_than, "batch": batch}
+            return int(conn.execute(Q["prune"], params).rowcount)
 
     # ---- read side ----------------------------------------------------------
     def get_job(self, job_id: int) -> Job | None:

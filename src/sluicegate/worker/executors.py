@@ -26,7 +26,7 @@ class WorkItem:
     (async model); process pools send ``claimed`` to a child, which looks up the task."""
 
     claimed: ClaimedJob
-    run: Work
+    run: Work | None = None
     arun: Callable[[], Coroutine[Any, Any, Report]] | None = None
     timeout: float | None = None
     policy: RetryPolicy | None = None  # for failures decided outside the task (a dead child)
@@ -70,6 +70,7 @@ class ThreadExecutor:
             if item is None:
                 return
             on_start(item)
+            assert item.run is not None
             on_done(item, item.run())
 
     def submit(self, item: WorkItem) -> None:

@@ -6,7 +6,7 @@ Pure apart from calling the task: the retry decision comes from retry.decide.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..brokers import Broker
 from ..codec import encode_result
@@ -15,6 +15,10 @@ from ..errors import LeaseLost
 from ..job import ClaimedJob
 from ..outcomes import Failed, Outcome, Report, Settled, Succeeded
 from ..retry import RetryPolicy, decide, error_info, plain_error
+from .executors import WorkItem
+
+if TYPE_CHECKING:
+    from ..task import Task
 
 
 def run_job(fn: Any, policy: RetryPolicy, claimed: ClaimedJob, result_limit: int) -> Outcome:
@@ -24,8 +28,7 @@ def run_job(fn: Any, policy: RetryPolicy, claimed: ClaimedJob, result_limit: int
         value = fn(*job.args, **job.kwargs)
         return Succeeded(claimed.claim, encode_result(value, result_limit))
     except BaseException as exc:  # a task's SystemExit must not kill the slot's thread
-        retry_in = decide(policy, job.attempts, job.max_attempts, exc)
-        return Failed(claimed.claim, error_info(exc), retry_in)
+        return failed(policy, claimed, exc)
     finally:
         reset_current(token)
 
@@ -49,8 +52,7 @@ def run_transactional(
     except LeaseLost:
         return Settled(claimed.claim, lease_lost=True)
     except BaseException as exc:
-        retry_in = decide(policy, job.attempts, job.max_attempts, exc)
-        return Failed(claimed.claim, error_info(exc), retry_in)
+        return failed(policy, claimed, exc)
     finally:
         reset_current(token)
 
@@ -69,14 +71,38 @@ async def run_job_async(
     except TimeoutError as exc:
         if deadline.expired():
             return timed_out(policy, claimed, timeout or 0.0)
-        return Failed(
-            claimed.claim, error_info(exc), decide(policy, job.attempts, job.max_attempts, exc)
-        )
+        return failed(policy, claimed, exc)
     except BaseException as exc:  # includes CancelledError from a stopping loop
-        retry_in = decide(policy, job.attempts, job.max_attempts, exc)
-        return Failed(claimed.claim, error_info(exc), retry_in)
+        return failed(policy, claimed, exc)
     finally:
         reset_current(token)
+
+
+def failed(policy: RetryPolicy, claimed: ClaimedJob, exc: BaseException) -> Failed:
+    """An attempt that raised: retried with backoff, or dead, by the task's policy."""
+    job = claimed.job
+    return Failed(
+        claimed.claim, error_info(exc), decide(policy, job.attempts, job.max_attempts, exc)
+    )
+
+
+def make_work(
+    task: Task[Any, Any], claimed: ClaimedJob, model: str, result_limit: int, broker: Broker
+) -> WorkItem:
+    """The work item for one job, in the form its pool's model runs it (a process pool's
+    child looks the task up itself and needs only the job, the timeout and the policy)."""
+    fn, policy, timeout = task.fn, task.options.retry, task.options.timeout
+    if model == "async":
+        return WorkItem(
+            claimed, arun=lambda: run_job_async(fn, policy, claimed, result_limit, timeout)
+        )
+    if task.options.transactional:
+        return WorkItem(
+            claimed, lambda: run_transactional(fn, policy, claimed, result_limit, broker)
+        )
+    if model == "thread":
+        return WorkItem(claimed, lambda: run_job(fn, policy, claimed, result_limit))
+    return WorkItem(claimed, timeout=timeout, policy=policy)
 
 
 def timed_out(policy: RetryPolicy, claimed: ClaimedJob, seconds: float) -> Failed:

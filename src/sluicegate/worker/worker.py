@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -34,7 +34,7 @@ from .leases import LeaseKeeper
 from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools, weighted_shares
 from .pruner import Pruner
 from .routing import check_tasks_fit, model_mismatch
-from .runner import refused, run_job, run_job_async, run_transactional, timed_out
+from .runner import make_work, refused, timed_out
 
 if TYPE_CHECKING:
     from ..app import App
@@ -57,7 +57,6 @@ class Counters:
     recovered: int = 0
     lease_lost: int = 0
     timed_out: int = 0
-    by_pool: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -116,7 +115,6 @@ class Worker:
         self._next_poll = 0.0
         self._next_recover = 0.0
         self._next_due: float | None = None
-        self._running = False
         self._wake_gen = 0
 
     # ---- control ---------------------------------------------------------------
@@ -151,7 +149,6 @@ class Worker:
         unsubscribe = self.broker.subscribe(self._on_wakeup)
         if self.pruner is not None:
             self.pruner.start()
-        self._running = True
         self._next_recover = time.monotonic()
         self._next_poll = time.monotonic() + self.poll_interval
         log.info("worker %s started: %s", self.worker_id, self._describe())
@@ -177,7 +174,6 @@ class Worker:
                 self._wake.wait(self._wait_timeout(now))
                 self._wake.clear()
         finally:
-            self._running = False
             unsubscribe()
             if self.pruner is not None:
                 self.pruner.stop()
@@ -432,15 +428,7 @@ class Worker:
         soft = time.monotonic() + timeout if timeout and model == "thread" else None
         self._inflight[claim] = InFlight(pool, claimed, soft)
         pool.busy[claim] = claimed
-        fn, policy, limit, broker = task.fn, task.options.retry, self.result_limit, self.broker
-        if task.options.transactional:
-            item = WorkItem(claimed, lambda: run_transactional(fn, policy, claimed, limit, broker))
-        else:
-            item = WorkItem(
-                claimed, lambda: run_job(fn, policy, claimed, limit),
-                arun=lambda: run_job_async(fn, policy, claimed, limit, timeout),
-                timeout=timeout, policy=policy,
-            )  # fmt: skip
+        item = make_work(task, claimed, model, self.result_limit, self.broker)
         self._executors[pool.spec.name].submit(item)
 
     def _abandon(self, claim: Claim) -> None:
