@@ -10,6 +10,7 @@ reason, unless ``SLUICEGATE_REQUIRE_POSTGRES=1`` (CI), which turns the skip into
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +18,16 @@ from pathlib import Path
 import pytest
 
 import pgserver
+from pgserver import require_postgres
 from sluicegate.brokers.base import Broker
 from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.brokers.sqlite import SQLiteBroker
+
+# The worker and chaos tests' shared fixtures live with their helpers in tests/apps.
+APPS = Path(__file__).resolve().parent / "apps"
+if str(APPS) not in sys.path:
+    sys.path.insert(0, str(APPS))
+pytest_plugins = ["sg_fixtures"]
 
 T0 = 1_700_000_000.0  # a fixed, exactly representable epoch for the fake clock
 
@@ -74,19 +82,6 @@ def open_postgres(url: str, clock: Callable[[], float]) -> Broker:
     from sluicegate.brokers.postgres import PostgresBroker
 
     return PostgresBroker(url, clock=clock)
-
-
-def require_postgres() -> str:
-    """The test server's DSN; skips the test without one, or fails it when CI requires one."""
-    dsn, why = pgserver.server()
-    if dsn is None:
-        if pgserver.required():
-            pytest.fail(
-                f"PostgreSQL is required ({pgserver.ENV_REQUIRE}=1) but unavailable: {why}",
-                pytrace=False,
-            )
-        pytest.skip(f"PostgreSQL unavailable: {why}")
-    return dsn
 
 
 BROKER_KINDS: dict[str, BrokerKind] = {

@@ -154,3 +154,18 @@ def describe(final: bool) -> str:
         verdict = f"REQUIRED ({ENV_REQUIRE}=1) but unavailable" if required() else "tests skipped"
         return f"{verdict}: {how}"
     return f"{redacted(dsn)} ({how}), {server_version(dsn)}"
+
+
+def require_postgres() -> str:
+    import pytest
+
+    """The test server's DSN; skips the test without one, or fails it when CI requires one."""
+    dsn, why = server()
+    if dsn is None:
+        if required():
+            pytest.fail(
+                f"PostgreSQL is required ({ENV_REQUIRE}=1) but unavailable: {why}",
+                pytrace=False,
+            )
+        pytest.skip(f"PostgreSQL unavailable: {why}")
+    return dsn

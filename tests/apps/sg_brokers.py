@@ -25,23 +25,11 @@ if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
 import pgserver  # noqa: E402
+from pgserver import require_postgres  # noqa: E402
 
 BROKERS = ("sqlite", "postgresql")
 over_brokers = pytest.mark.parametrize("broker_name", BROKERS, indirect=True)
 only_postgresql = pytest.mark.parametrize("broker_name", ["postgresql"], indirect=True)
-
-
-def require_postgres() -> str:
-    """The test server's DSN; skips the test without one, or fails it when CI requires one."""
-    dsn, why = pgserver.server()
-    if dsn is None:
-        if pgserver.required():
-            pytest.fail(
-                f"PostgreSQL is required ({pgserver.ENV_REQUIRE}=1) but unavailable: {why}",
-                pytrace=False,
-            )
-        pytest.skip(f"PostgreSQL unavailable: {why}")
-    return dsn
 
 
 @contextlib.contextmanager

@@ -4,36 +4,14 @@ threads (stopped and joined at teardown), and real ``sluicegate worker`` process
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-APPS = Path(__file__).resolve().parents[1] / "apps"
-if str(APPS) not in sys.path:
-    sys.path.insert(0, str(APPS))
-
-import sg_brokers  # noqa: E402
-from sg_harness import Fleet  # noqa: E402
-
-from sluicegate import App  # noqa: E402
-from sluicegate.worker import PoolSpec, Worker  # noqa: E402
-
-
-@pytest.fixture
-def broker_name(request: pytest.FixtureRequest) -> str:
-    """``sqlite`` unless the test is parametrised (indirectly) over ``sg_brokers.BROKERS``."""
-    return str(getattr(request, "param", "sqlite"))
-
-
-@pytest.fixture
-def db_url(broker_name: str, tmp_path: Path) -> Iterator[str]:
-    """The test's broker URL; a PostgreSQL schema is dropped after everything using it."""
-    with sg_brokers.broker_url(broker_name, tmp_path) as url:
-        yield url
+from sluicegate import App
+from sluicegate.worker import PoolSpec, Worker
 
 
 @pytest.fixture
@@ -89,19 +67,3 @@ def drain(app: App) -> Callable[..., Worker]:
         return worker
 
     return run
-
-
-@pytest.fixture
-def fleet(db_url: str, tmp_path: Path) -> Iterator[Fleet]:
-    """Real worker processes on ``db_url``; every one is killed and reaped at teardown."""
-    fleet = Fleet(db_url, tmp_path)
-    yield fleet
-    fleet.close()
-
-
-@pytest.fixture
-def producer(db_url: str) -> Iterator[App]:
-    """An App on the workers' database for enqueueing and reading jobs; closed at teardown."""
-    app = App(broker=db_url)
-    yield app
-    app.close()
