@@ -57,6 +57,7 @@ BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "n
 TASK_POOL_MAX = 64  # connections for transactional tasks' own transactions (opened lazily)
 LISTEN_WAIT = 2.0  # subscribe() waits this long at most for LISTEN to be in place
 MAYBE_WRITTEN_MAX = 10_000  # claims remembered for own_writes; the oldest are forgotten
+RELAXED_COMMIT = "set_config('synchronous_commit', 'off', true)"
 TIMES = ("run_at", "lease_expires_at", "enqueued_at", "started_at", "finished_at")
 COLUMNS = (
     "id", "queue", "task", "args", "kwargs", "state", "priority", "run_at", "attempts",
@@ -169,6 +170,16 @@ def _matched(rows: Any) -> set[Claim]:
     return {Claim(JobId(r[0]), r[1]) for r in rows}
 
 
+def _generic_plans(conn: Any) -> None:
+    """Plan the broker's statements once per connection, not at every execution.
+
+    Re-planning the claim costs the server more than running it, and PostgreSQL keeps
+    choosing custom plans for it (its LIMIT and queue list are parameters). Every hot
+    statement's generic plan reads the same index as its custom one; the operator queries
+    whose best index depends on a parameter opt out (``_custom_plans``)."""
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+
+
 def _fits_bigint(job_id: int) -> bool:
     return -(2**63) <= job_id < 2**63
 
@@ -212,9 +223,12 @@ class PostgresBroker(Broker):
         # Claims whose write from this handle may have landed unseen (see own_writes).
         self._maybe_written: dict[Claim, None] = {}
         self._maybe_lock = threading.Lock()
+        # Autocommit: one-statement writes (enqueue, claim) commit in their own round trip;
+        # every other use opens a transaction explicitly (_conn).
         self._pool = psycopg_pool.ConnectionPool(
             self.dsn, min_size=1, max_size=pool_max, open=False,
-            kwargs={"autocommit": False, **CONNECT_DEFAULTS}, name=f"sluicegate-{self.schema}",
+            kwargs={"autocommit": True, **CONNECT_DEFAULTS}, configure=_generic_plans,
+            name=f"sluicegate-{self.schema}",
             timeout=5.0, reconnect_timeout=RECONNECT_CAP,
         )  # fmt: skip
         # One direct connection first: an unreachable server or a refused login fails at
@@ -243,7 +257,16 @@ class PostgresBroker(Broker):
         # in a transactional task's transaction would stamp finished_at at the task's start.
         now = "coalesce(to_timestamp(%(now)s::float8), statement_timestamp())"
         out = {}
-        for name, sql in load_queries("postgresql").items():
+        raw = load_queries("postgresql")
+        raw["insert_jobs_notify"] = raw["insert_jobs_notify"].replace(
+            "{insert_job}", raw["insert_job"].rstrip().rstrip(";")
+        )
+        claim = raw.pop("claim")
+        # Alone, a claim commits without waiting for the WAL flush; inside an ack's
+        # transaction it must not change that transaction's durability.
+        raw["claim_alone"] = claim.replace("{relaxed}", RELAXED_COMMIT)
+        raw["claim"] = claim.replace("{relaxed}", "NULL")
+        for name, sql in raw.items():
             sql = sql.replace("{job_columns_j}", _select_list("j."))
             sql = sql.replace("{job_columns}", _select_list(""))
             out[name] = sql.replace("{schema}", self._s).replace("{now}", now)
@@ -318,8 +341,22 @@ class PostgresBroker(Broker):
     @contextlib.contextmanager
     def _conn(self) -> Iterator[Any]:
         """A pooled connection in one transaction; storage errors become BrokerUnavailable."""
+        with self._single() as conn, conn.transaction():
+            yield conn
+
+    @contextlib.contextmanager
+    def _custom_plans(self) -> Iterator[Any]:
+        """A transaction that plans each statement for its parameter values: an operator's
+        filter (a state, a queue) decides which partial index fits."""
+        with self._conn() as conn:
+            conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+            yield conn
+
+    @contextlib.contextmanager
+    def _single(self) -> Iterator[Any]:
+        """A pooled autocommit connection: each statement is its own transaction."""
         try:
-            with self._pool.connection() as conn, conn.transaction():
+            with self._pool.connection() as conn:
                 yield conn
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
             raise BrokerUnavailable(f"PostgreSQL unavailable ({self._safe_dsn()}): {exc}") from None
@@ -398,9 +435,13 @@ class PostgresBroker(Broker):
             return self._insert(connection, specs) if specs else []
         if not specs:
             return []
-        # Pipelined: BEGIN, INSERT and NOTIFY go out together; then COMMIT.
-        with self._conn() as conn, conn.pipeline():
-            jobs = self._insert(conn, specs)
+        if all(s.unique_key is None for s in specs):
+            # One statement, its own transaction: rows and wake-up commit in one round trip.
+            with self._single() as conn:
+                jobs = self._insert_plain(conn, list(specs), self._now(), notify=True)
+        else:
+            with self._conn() as conn:
+                jobs = self._insert(conn, specs)
         self._subscribers.notify_local()
         return jobs
 
@@ -409,30 +450,36 @@ class PostgresBroker(Broker):
         specs without a unique key is one statement, keyed specs go one at a time."""
         jobs: list[Job] = []
         now = self._now()
-        # The caller's connection may have any row factory; ours reads tuples.
-        with conn.cursor(row_factory=tuple_row) as cur:
-            for plain, run in itertools.groupby(specs, key=lambda s: s.unique_key is None):
-                batch = list(run)
-                if plain:
-                    jobs.extend(self._insert_plain(cur, batch, now))
-                else:
-                    jobs.extend(self._insert_unique(cur, spec, now) for spec in batch)
-            queues = sorted({s.queue for s in specs})
-            cur.execute(self._queries["notify"], {"channel": self.channel, "queues": queues})
+        for plain, run in itertools.groupby(specs, key=lambda s: s.unique_key is None):
+            batch = list(run)
+            if plain:
+                jobs.extend(self._insert_plain(conn, batch, now))
+            else:
+                jobs.extend(self._insert_unique(conn, spec, now) for spec in batch)
+        queues = sorted({s.queue for s in specs})
+        conn.execute(self._queries["notify"], {"channel": self.channel, "queues": queues})
         return jobs
 
-    def _insert_plain(self, cur: Any, specs: list[JobSpec], now: float | None) -> list[Job]:
-        rows = cur.execute(self._queries["insert_job"], {
+    def _insert_plain(
+        self, conn: Any, specs: list[JobSpec], now: float | None, notify: bool = False
+    ) -> list[Job]:
+        params = {
             "queue": [s.queue for s in specs], "task": [s.task for s in specs],
             "args": [s.args_json for s in specs], "kwargs": [s.kwargs_json for s in specs],
             "priority": [s.priority for s in specs],
             "max_attempts": [s.max_attempts for s in specs],
             "delay": [s.delay for s in specs], "run_at": [s.run_at for s in specs], "now": now,
-        }).fetchall()  # fmt: skip
+        }  # fmt: skip
+        if notify:
+            params.update(channel=self.channel, queues=sorted({s.queue for s in specs}))
+        # The caller's connection may have any row factory; ours reads tuples.
+        with conn.cursor(row_factory=tuple_row) as cur:
+            query = self._queries["insert_jobs_notify" if notify else "insert_job"]
+            rows = cur.execute(query, params).fetchall()
         rows.sort(key=lambda r: r[0])  # identities follow the statement's ORDER BY
         return [_row_to_job(r) for r in rows]
 
-    def _insert_unique(self, cur: Any, spec: JobSpec, now: float | None) -> Job:
+    def _insert_unique(self, conn: Any, spec: JobSpec, now: float | None) -> Job:
         params = {
             "queue": spec.queue, "task": spec.task, "args": spec.args_json,
             "kwargs": spec.kwargs_json, "priority": spec.priority,
@@ -440,6 +487,7 @@ class PostgresBroker(Broker):
             "run_at": spec.run_at, "delay": spec.delay, "now": now,
         }  # fmt: skip
         # The holder of the key can finish between our insert and our read: then go again.
+        cur = conn.cursor(row_factory=tuple_row)
         for _ in range(5):
             row = cur.execute(self._queries["insert_unique_job"], params).fetchone()
             if row is None:
@@ -456,23 +504,27 @@ class PostgresBroker(Broker):
     ) -> list[ClaimedJob]:
         if n <= 0 or not queues:
             return []
-        # Pipelined: BEGIN, promote and claim travel together; one round trip, then COMMIT.
-        with self._conn() as conn, conn.pipeline():
-            # A claim lost in a server crash only means the job is claimed again later (its
-            # holder's ack is then refused): safe without waiting for the WAL flush.
-            conn.execute("SET LOCAL synchronous_commit = off")
-            return self._claim_on(conn, queues, n, lease, worker_id)
+        # One statement, its own transaction: an idle worker's claim is one round trip.
+        with self._single() as conn:
+            claimed, promoted = self._claim_on(conn, queues, n, lease, worker_id, alone=True)
+            if promoted and len(claimed) < n:  # due jobs it promoted, unseen by its snapshot
+                more, _ = self._claim_on(conn, queues, n - len(claimed), lease, worker_id, True)
+                claimed = in_claim_order(claimed + more)
+        return claimed
 
     def _claim_on(
-        self, conn: Any, queues: Sequence[str], n: int, lease: float, worker_id: str
-    ) -> list[ClaimedJob]:
-        token, now = secrets.randbits(62), self._now()
-        conn.execute(self._queries["promote_due"], {"now": now})
-        rows = conn.execute(self._queries["claim"], {
+        self, conn: Any, queues: Sequence[str], n: int, lease: float, worker_id: str,
+        alone: bool = False,
+    ) -> tuple[list[ClaimedJob], int]:  # fmt: skip
+        """Claim up to n; returns the claims and how many due jobs of these queues it
+        promoted to ready without seeing them."""
+        token = secrets.randbits(62)
+        rows = conn.execute(self._queries["claim_alone" if alone else "claim"], {
             "queues": list(dict.fromkeys(queues)), "n": n, "token": token, "lease": lease,
-            "worker": worker_id, "now": now,
+            "worker": worker_id, "now": self._now(),
         }).fetchall()  # fmt: skip
-        return in_claim_order([_claimed_from_row(r, token) for r in rows])
+        claimed = [_claimed_from_row(r[2:], token) for r in rows if r[2] is not None]
+        return in_claim_order(claimed), int(rows[0][0]) if rows else 0
 
     def record_and_claim(
         self, started: Sequence[Claim], outcomes: Sequence[Outcome], queues: Sequence[str],
@@ -511,17 +563,19 @@ class PostgresBroker(Broker):
         starts = [c for c in started if c not in finishing]
         written = [*starts, *finishing]
         claimed: list[ClaimedJob] = []
+        promoted = 0
         try:
             with self._conn() as conn, conn.pipeline():
                 done = self._record(conn, starts, outcomes)
                 done |= self._own_writes(conn, [c for c in written if c not in done])
                 if claim is not None:
-                    claimed = self._claim_on(conn, *claim)
+                    claimed, promoted = self._claim_on(conn, *claim)
         except BrokerUnavailable:
             # Perhaps at COMMIT: whether it was written stays unknown until the caller retries.
             self._remember(written)
             raise
-        if any(isinstance(o, Failed) and o.retry_in is not None for o in outcomes):
+        if promoted or any(isinstance(o, Failed) and o.retry_in is not None for o in outcomes):
+            # Promoted jobs this claim could not see, or retries due later: look again.
             self._subscribers.notify_local()
         # Any other claim that ended (ack, fail, release, recovery, cancel) is lost for every
         # later call, its own token included: fencing, as on every broker.
@@ -656,7 +710,7 @@ class PostgresBroker(Broker):
         self, state: JobState | None = None, queue: str | None = None, limit: int = 100
     ) -> list[Job]:
         params = {"state": state.value if state else None, "queue": queue, "limit": limit}
-        with self._conn() as conn:
+        with self._custom_plans() as conn:
             rows = conn.execute(self._queries["list_jobs"], params).fetchall()
         return [_row_to_job(r) for r in rows]
 
@@ -676,7 +730,7 @@ class PostgresBroker(Broker):
     # ---- retention -------------------------------------------------------------------------------------
     def _prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
         """Pruners may run at once: SKIP LOCKED gives each its own rows and its own count."""
-        with self._conn() as conn:
+        with self._custom_plans() as conn:
             return int(conn.execute(self._queries["prune"], {
                 "state": state.value, "older_than": older_than, "batch": batch,
                 "now": self._now(),

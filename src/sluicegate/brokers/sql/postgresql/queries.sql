@@ -24,6 +24,17 @@ FROM unnest(%(queue)s::text[], %(task)s::text[], %(args)s::text[], %(kwargs)s::t
 ORDER BY v.n
 RETURNING {job_columns};
 
+-- name: insert_jobs_notify
+-- insert_job and the wake-up in one statement: an enqueue outside a caller's transaction is
+-- one round trip, committed on its own (autocommit). The one-time filter runs pg_notify first;
+-- the notification goes out when the statement commits.
+WITH inserted AS (
+    {insert_job}
+), woke AS (
+    SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q
+)
+SELECT * FROM inserted WHERE (SELECT count(*) FROM woke) >= 0;
+
 -- name: insert_unique_job
 -- The conflict target is the partial unique index over unfinished jobs.
 INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
@@ -46,23 +57,30 @@ WHERE unique_key = %(unique_key)s AND state IN ({unfinished});
 -- Wake-ups carry only a queue name, never job data.
 SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q;
 
--- name: promote_due
--- SKIP LOCKED: concurrent claimers promote disjoint rows instead of waiting on each other.
-UPDATE {schema}.jobs SET state = 'ready'
-WHERE id IN (
-    SELECT id FROM {schema}.jobs
-    WHERE state = 'scheduled' AND run_at <= {now}
-    ORDER BY run_at
-    LIMIT 1000
-    FOR UPDATE SKIP LOCKED
-);
-
 -- name: claim
--- One statement. For each wanted queue, an index range of jobs_ready in claim order, at most
--- %(n)s rows, skipping rows other claimers hold (SKIP LOCKED): so no job is claimed twice,
--- claimers never wait on each other, and the cost does not depend on the backlog.
--- Fencing: every claimed row gets this claim's token and charges an attempt.
-WITH candidates AS (
+-- One statement, so an idle worker's claim is one round trip. For each wanted queue, an index
+-- range of jobs_ready in claim order, at most %(n)s rows, skipping rows other claimers hold
+-- (SKIP LOCKED): so no job is claimed twice, claimers never wait on each other, and the cost
+-- does not depend on the backlog. Fencing: every claimed row gets this claim's token and
+-- charges an attempt.
+-- Due scheduled jobs are promoted to ready in the same statement (SKIP LOCKED again, so
+-- concurrent claimers promote disjoint rows); the claim's snapshot cannot see them, so the
+-- first column counts those promoted into the wanted queues and the broker claims again when
+-- it has room. {relaxed} is set_config('synchronous_commit', 'off', true) for a claim that is
+-- its own transaction (a claim lost in a server crash only means the job is claimed again
+-- later, and its holder's ack is refused), and NULL inside a transaction that also acks.
+-- Row layout: promoted, relaxed, then the job's columns (NULL when nothing was claimed).
+WITH promoted AS (
+    UPDATE {schema}.jobs SET state = 'ready'
+    WHERE id IN (
+        SELECT id FROM {schema}.jobs
+        WHERE state = 'scheduled' AND run_at <= {now}
+        ORDER BY run_at
+        LIMIT 1000
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING queue
+), candidates AS (
     SELECT c.id, c.priority, c.run_at
     FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
@@ -74,13 +92,19 @@ WITH candidates AS (
     ) AS c
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(n)s
+), claimed AS (
+    UPDATE {schema}.jobs AS j
+    SET state = 'claimed', attempts = j.attempts + 1, lease_token = %(token)s,
+        lease_expires_at = {now} + make_interval(secs => %(lease)s), worker_id = %(worker)s
+    FROM candidates
+    WHERE j.id = candidates.id
+    RETURNING {job_columns_j}
 )
-UPDATE {schema}.jobs AS j
-SET state = 'claimed', attempts = j.attempts + 1, lease_token = %(token)s,
-    lease_expires_at = {now} + make_interval(secs => %(lease)s), worker_id = %(worker)s
-FROM candidates
-WHERE j.id = candidates.id
-RETURNING {job_columns_j};
+SELECT p.promoted, p.relaxed, c.*
+FROM (SELECT count(*) FILTER (WHERE queue = ANY(%(queues)s::text[])) AS promoted,
+             {relaxed} AS relaxed
+      FROM promoted) AS p
+LEFT JOIN claimed AS c ON true;
 
 -- name: probe_work
 -- Per queue, the first entry of jobs_ready (an index-only look, whatever the table's size;
