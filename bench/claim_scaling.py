@@ -190,7 +190,7 @@ def measure(kind: str, args: argparse.Namespace, size: Size, url: str) -> Broker
 
 def claim_params(batch: int) -> dict[str, object]:
     return {"queues": QUEUE, "n": batch, "token": 1, "lease": LEASE, "worker": "explain",
-            "now": None}  # fmt: skip
+            "now": None, "promote": True}  # fmt: skip
 
 
 def statement_cost(url: str, broker: Broker, batch: int, runs: int = 9) -> tuple[float, int]:

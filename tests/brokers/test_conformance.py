@@ -258,6 +258,15 @@ class TestClaim:
         got = broker.claim(["q"], 3, LEASE, "w")
         assert [c.job.id for c in got] == [soon.id, late.id, ready.id]
 
+    def test_a_due_job_comes_before_a_ready_one_behind_it(
+        self, broker: Broker, clock: FakeClock
+    ) -> None:
+        ready = put(broker, priority=1)
+        due = put(broker, delay=5.0)
+        clock.advance(5)
+        assert [c.job.id for c in broker.claim(["q"], 1, LEASE, "w")] == [due.id]
+        assert [c.job.id for c in broker.claim(["q"], 1, LEASE, "w")] == [ready.id]
+
     def test_each_claim_gets_a_fresh_fencing_token(self, broker: Broker) -> None:
         put(broker)
         first = take(broker).claim

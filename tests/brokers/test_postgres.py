@@ -227,6 +227,7 @@ def test_the_claim_reads_the_jobs_ready_index(pg: PostgresBroker, pg_url: str, s
     sql.execute(f"ANALYZE {schema_of(pg_url)}.jobs")
     params = {
         "queues": ["q", "other"], "n": 10, "token": 1, "lease": 30.0, "worker": "w", "now": None,
+        "promote": True,
     }  # fmt: skip
     with psycopg.connect(pg.dsn) as conn:
         plan = conn.execute("EXPLAIN " + pg._queries["claim"], params).fetchall()

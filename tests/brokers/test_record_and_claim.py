@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from test_conformance import BOOM, LEASE, get, put, take
 
+from conftest import FakeClock
 from sluicegate.brokers.base import Broker
 from sluicegate.job import Claim, JobId, JobState
 from sluicegate.outcomes import Failed, Succeeded
@@ -50,3 +51,18 @@ def test_nothing_to_claim_still_records(broker: Broker) -> None:
     after = get(broker, job.id)
     assert after.state is JobState.SCHEDULED
     assert after.last_error == BOOM
+
+
+def test_due_jobs_are_claimed_in_claim_order(broker: Broker, clock: FakeClock) -> None:
+    held_job = put(broker, queue="q", priority=-1)
+    held = take(broker)
+    assert held.job.id == held_job.id
+    ready = put(broker, queue="q", priority=1)
+    due = put(broker, queue="q", delay=5.0)
+    clock.advance(5)
+    lost, claimed = broker.record_and_claim(
+        [], [Succeeded(held.claim, "null")], ["q"], 1, LEASE, "w1"
+    )
+    assert lost == []
+    assert [c.job.id for c in claimed] == [due.id]  # priority 0 before the ready priority 1
+    assert get(broker, ready.id).state is JobState.READY

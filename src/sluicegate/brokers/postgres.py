@@ -435,8 +435,11 @@ class PostgresBroker(Broker):
             return self._insert(connection, specs) if specs else []
         if not specs:
             return []
-        if all(s.unique_key is None for s in specs):
-            # One statement, its own transaction: rows and wake-up commit in one round trip.
+        if len(specs) == 1 and specs[0].unique_key is None:
+            # One statement, its own transaction: row and wake-up commit in one round trip.
+            with self._single() as conn:
+                jobs = [self._insert_one(conn, specs[0])]
+        elif all(s.unique_key is None for s in specs):
             with self._single() as conn:
                 jobs = self._insert_plain(conn, list(specs), self._now(), notify=True)
         else:
@@ -479,6 +482,15 @@ class PostgresBroker(Broker):
         rows.sort(key=lambda r: r[0])  # identities follow the statement's ORDER BY
         return [_row_to_job(r) for r in rows]
 
+    def _insert_one(self, conn: Any, spec: JobSpec) -> Job:
+        row = conn.execute(self._queries["insert_one_notify"], {
+            "queue": spec.queue, "task": spec.task, "args": spec.args_json,
+            "kwargs": spec.kwargs_json, "priority": spec.priority,
+            "max_attempts": spec.max_attempts, "run_at": spec.run_at, "delay": spec.delay,
+            "now": self._now(), "channel": self.channel,
+        }).fetchone()  # fmt: skip
+        return _row_to_job(row)
+
     def _insert_unique(self, conn: Any, spec: JobSpec, now: float | None) -> Job:
         params = {
             "queue": spec.queue, "task": spec.task, "args": spec.args_json,
@@ -506,25 +518,29 @@ class PostgresBroker(Broker):
             return []
         # One statement, its own transaction: an idle worker's claim is one round trip.
         with self._single() as conn:
-            claimed, promoted = self._claim_on(conn, queues, n, lease, worker_id, alone=True)
-            if promoted and len(claimed) < n:  # due jobs it promoted, unseen by its snapshot
-                more, _ = self._claim_on(conn, queues, n - len(claimed), lease, worker_id, True)
-                claimed = in_claim_order(claimed + more)
-        return claimed
+            return self._claim_on(conn, queues, n, lease, worker_id, alone=True)[0]
 
     def _claim_on(
         self, conn: Any, queues: Sequence[str], n: int, lease: float, worker_id: str,
         alone: bool = False,
-    ) -> tuple[list[ClaimedJob], int]:  # fmt: skip
-        """Claim up to n; returns the claims and how many due jobs of these queues it
-        promoted to ready without seeing them."""
+    ) -> tuple[list[ClaimedJob], bool]:  # fmt: skip
+        """Claim up to n; also says whether due jobs of these queues were promoted first.
+
+        A claim that promoted claims nothing (see the claim statement); the second one,
+        without promoting, sees the promoted rows: committed (alone) or earlier in the same
+        transaction."""
         token = secrets.randbits(62)
-        rows = conn.execute(self._queries["claim_alone" if alone else "claim"], {
+        params = {
             "queues": list(dict.fromkeys(queues)), "n": n, "token": token, "lease": lease,
-            "worker": worker_id, "now": self._now(),
-        }).fetchall()  # fmt: skip
+            "worker": worker_id, "now": self._now(), "promote": True,
+        }  # fmt: skip
+        query = self._queries["claim_alone" if alone else "claim"]
+        rows = conn.execute(query, params).fetchall()
+        promoted = bool(rows and rows[0][0])
+        if promoted:
+            rows = conn.execute(query, {**params, "promote": False}).fetchall()
         claimed = [_claimed_from_row(r[2:], token) for r in rows if r[2] is not None]
-        return in_claim_order(claimed), int(rows[0][0]) if rows else 0
+        return in_claim_order(claimed), promoted
 
     def record_and_claim(
         self, started: Sequence[Claim], outcomes: Sequence[Outcome], queues: Sequence[str],

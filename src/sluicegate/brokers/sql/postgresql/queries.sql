@@ -35,6 +35,23 @@ WITH inserted AS (
 )
 SELECT * FROM inserted WHERE (SELECT count(*) FROM woke) >= 0;
 
+-- name: insert_one_notify
+-- The common enqueue, one job: plain parameters (no arrays to build and unnest) and its
+-- wake-up, in one autocommit statement.
+WITH inserted AS (
+    INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at,
+                               max_attempts, unique_key, enqueued_at)
+    SELECT %(queue)s, %(task)s, %(args)s, %(kwargs)s,
+           CASE WHEN r.run_at <= {now} THEN 'ready' ELSE 'scheduled' END,
+           %(priority)s::int, r.run_at, %(max_attempts)s::int, NULL, {now}
+    FROM (SELECT coalesce(to_timestamp(%(run_at)s::float8),
+                          {now} + make_interval(secs => %(delay)s::float8)) AS run_at) AS r
+    RETURNING {job_columns}
+), woke AS (
+    SELECT pg_notify(%(channel)s, %(queue)s)
+)
+SELECT * FROM inserted WHERE (SELECT count(*) FROM woke) >= 0;
+
 -- name: insert_unique_job
 -- The conflict target is the partial unique index over unfinished jobs.
 INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
@@ -63,16 +80,17 @@ SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q;
 -- (SKIP LOCKED): so no job is claimed twice, claimers never wait on each other, and the cost
 -- does not depend on the backlog. Fencing: every claimed row gets this claim's token and
 -- charges an attempt.
--- Due scheduled jobs are promoted to ready in the same statement (SKIP LOCKED again, so
--- concurrent claimers promote disjoint rows); the claim's snapshot cannot see them, so the
--- first column counts those promoted into the wanted queues and the broker claims again when
--- it has room. {relaxed} is set_config('synchronous_commit', 'off', true) for a claim that is
--- its own transaction (a claim lost in a server crash only means the job is claimed again
--- later, and its holder's ack is refused), and NULL inside a transaction that also acks.
+-- With %(promote)s, due scheduled jobs (the earliest 1000) become ready first, SKIP LOCKED
+-- again so concurrent claimers promote disjoint rows. This statement's snapshot cannot see
+-- the rows it promoted, so when it promoted any of the wanted queues it claims nothing (a
+-- due job may come first in claim order) and the broker claims again without promoting.
+-- {relaxed} is set_config('synchronous_commit', 'off', true) for a claim that is its own
+-- transaction (a claim lost in a server crash only means the job is claimed again later, and
+-- its holder's ack is refused), and NULL inside a transaction that also acks.
 -- Row layout: promoted, relaxed, then the job's columns (NULL when nothing was claimed).
 WITH promoted AS (
     UPDATE {schema}.jobs SET state = 'ready'
-    WHERE id IN (
+    WHERE %(promote)s::boolean AND id IN (
         SELECT id FROM {schema}.jobs
         WHERE state = 'scheduled' AND run_at <= {now}
         ORDER BY run_at
@@ -90,6 +108,7 @@ WITH promoted AS (
         LIMIT %(n)s
         FOR UPDATE SKIP LOCKED
     ) AS c
+    WHERE NOT EXISTS (SELECT 1 FROM promoted WHERE queue = ANY(%(queues)s::text[]))
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(n)s
 ), claimed AS (
