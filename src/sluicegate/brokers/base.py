@@ -132,14 +132,6 @@ class Broker(ABC):
         Returns the claims whose token no longer matched; nothing changed for those.
         """
 
-    def record_and_claim(
-        self, started: Sequence[Claim], outcomes: Sequence[Outcome], queues: Sequence[str],
-        n: int, lease: float, worker_id: str,
-    ) -> tuple[list[Claim], list[ClaimedJob]]:  # fmt: skip
-        """``record`` then ``claim``; brokers may do both in one transaction (one commit)."""
-        lost = self.record(started, outcomes)
-        return lost, self.claim(queues, n, lease, worker_id)
-
     @abstractmethod
     def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
         """Extend the leases of ``claims`` to now + lease; returns the claims that were lost."""

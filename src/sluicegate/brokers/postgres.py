@@ -57,7 +57,6 @@ BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "n
 TASK_POOL_MAX = 64  # connections for transactional tasks' own transactions (opened lazily)
 LISTEN_WAIT = 2.0  # subscribe() waits this long at most for LISTEN to be in place
 MAYBE_WRITTEN_MAX = 10_000  # claims remembered for own_writes; the oldest are forgotten
-RELAXED_COMMIT = "set_config('synchronous_commit', 'off', true)"
 TIMES = ("run_at", "lease_expires_at", "enqueued_at", "started_at", "finished_at")
 COLUMNS = (
     "id", "queue", "task", "args", "kwargs", "state", "priority", "run_at", "attempts",
@@ -261,11 +260,6 @@ class PostgresBroker(Broker):
         raw["insert_jobs_notify"] = raw["insert_jobs_notify"].replace(
             "{insert_job}", raw["insert_job"].rstrip().rstrip(";")
         )
-        claim = raw.pop("claim")
-        # Alone, a claim commits without waiting for the WAL flush; inside an ack's
-        # transaction it must not change that transaction's durability.
-        raw["claim_alone"] = claim.replace("{relaxed}", RELAXED_COMMIT)
-        raw["claim"] = claim.replace("{relaxed}", "NULL")
         for name, sql in raw.items():
             sql = sql.replace("{job_columns_j}", _select_list("j."))
             sql = sql.replace("{job_columns}", _select_list(""))
@@ -514,42 +508,23 @@ class PostgresBroker(Broker):
     def claim(
         self, queues: Sequence[str], n: int, lease: float, worker_id: str
     ) -> list[ClaimedJob]:
+        """One statement, its own transaction: an idle worker's claim is one round trip.
+
+        A claim that promoted due jobs of its queues claims nothing (see the claim
+        statement); the second statement, without promoting, sees them committed."""
         if n <= 0 or not queues:
             return []
-        # One statement, its own transaction: an idle worker's claim is one round trip.
-        with self._single() as conn:
-            return self._claim_on(conn, queues, n, lease, worker_id, alone=True)[0]
-
-    def _claim_on(
-        self, conn: Any, queues: Sequence[str], n: int, lease: float, worker_id: str,
-        alone: bool = False,
-    ) -> tuple[list[ClaimedJob], bool]:  # fmt: skip
-        """Claim up to n; also says whether due jobs of these queues were promoted first.
-
-        A claim that promoted claims nothing (see the claim statement); the second one,
-        without promoting, sees the promoted rows: committed (alone) or earlier in the same
-        transaction."""
         token = secrets.randbits(62)
         params = {
             "queues": list(dict.fromkeys(queues)), "n": n, "token": token, "lease": lease,
             "worker": worker_id, "now": self._now(), "promote": True,
         }  # fmt: skip
-        query = self._queries["claim_alone" if alone else "claim"]
-        rows = conn.execute(query, params).fetchall()
-        promoted = bool(rows and rows[0][0])
-        if promoted:
-            rows = conn.execute(query, {**params, "promote": False}).fetchall()
+        with self._single() as conn:
+            rows = conn.execute(self._queries["claim"], params).fetchall()
+            if rows and rows[0][0]:
+                rows = conn.execute(self._queries["claim"], {**params, "promote": False}).fetchall()
         claimed = [_claimed_from_row(r[2:], token) for r in rows if r[2] is not None]
-        return in_claim_order(claimed), promoted
-
-    def record_and_claim(
-        self, started: Sequence[Claim], outcomes: Sequence[Outcome], queues: Sequence[str],
-        n: int, lease: float, worker_id: str,
-    ) -> tuple[list[Claim], list[ClaimedJob]]:  # fmt: skip
-        """One transaction (and one commit) for the worker's common turn."""
-        if n <= 0 or not queues:
-            return self.record(started, outcomes), []
-        return self._record_txn(started, outcomes, (queues, n, lease, worker_id))
+        return in_claim_order(claimed)
 
     def has_work(self, queues: Sequence[str]) -> bool:
         with self._conn() as conn:
@@ -566,37 +541,28 @@ class PostgresBroker(Broker):
         return None if row[0] is None else max(0.0, float(row[0]))
 
     def record(self, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> list[Claim]:
+        """Starts and outcomes in one pipelined transaction."""
         if not started and not outcomes:
             return []
-        return self._record_txn(started, outcomes, None)[0]
-
-    def _record_txn(
-        self, started: Sequence[Claim], outcomes: Sequence[Outcome],
-        claim: tuple[Sequence[str], int, float, str] | None,
-    ) -> tuple[list[Claim], list[ClaimedJob]]:  # fmt: skip
-        """Record starts and outcomes (and claim, if asked) in one pipelined transaction."""
         finishing = {o.claim for o in outcomes}
         starts = [c for c in started if c not in finishing]
         written = [*starts, *finishing]
-        claimed: list[ClaimedJob] = []
-        promoted = 0
         try:
             with self._conn() as conn, conn.pipeline():
+                if not outcomes:  # starts alone: losing them in a crash leaves jobs "claimed"
+                    conn.execute("SET LOCAL synchronous_commit = off")
                 done = self._record(conn, starts, outcomes)
                 done |= self._own_writes(conn, [c for c in written if c not in done])
-                if claim is not None:
-                    claimed, promoted = self._claim_on(conn, *claim)
         except BrokerUnavailable:
             # Perhaps at COMMIT: whether it was written stays unknown until the caller retries.
             self._remember(written)
             raise
-        if promoted or any(isinstance(o, Failed) and o.retry_in is not None for o in outcomes):
-            # Promoted jobs this claim could not see, or retries due later: look again.
-            self._subscribers.notify_local()
+        if any(isinstance(o, Failed) and o.retry_in is not None for o in outcomes):
+            self._subscribers.notify_local()  # retries due later: look again then
         # Any other claim that ended (ack, fail, release, recovery, cancel) is lost for every
         # later call, its own token included: fencing, as on every broker.
         lost = [c for c in starts if c not in done]
-        return lost + [o.claim for o in outcomes if o.claim not in done], claimed
+        return lost + [o.claim for o in outcomes if o.claim not in done]
 
     def _record(self, conn: Any, starts: list[Claim], outcomes: Sequence[Outcome]) -> set[Claim]:
         """The batched writes of ``record``, one statement per kind; returns the claims matched."""

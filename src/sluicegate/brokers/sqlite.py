@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ..codec import loads
+from ..codec import dumps, loads
 from ..errors import BrokerUnavailable, ConfigError
 from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState, in_claim_order
 from ..outcomes import Failed, Outcome, Succeeded
@@ -145,25 +145,39 @@ class SQLiteBroker(Broker):
         return conn
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One BEGIN IMMEDIATE transaction on the writer connection."""
+    def _write(self, relaxed: bool = False) -> Iterator[sqlite3.Connection]:
+        """One BEGIN IMMEDIATE transaction on the writer connection.
+
+        ``relaxed``: a write whose loss in a power cut is harmless (a claim, which is then
+        claimed again and its holder's ack refused; a start, which leaves the job "claimed")
+        commits without its own fsync (synchronous=NORMAL: still synced at checkpoints, and
+        by the next full commit, which syncs the whole WAL)."""
         with self._write_lock:
             conn = self._writer
+            relax = relaxed and self._sync in ("full", "extra")
+            if relax:
+                conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise BrokerUnavailable(f"SQLite database {self.path!r} is busy: {exc}") from None
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            try:
-                conn.execute("COMMIT")
-            except sqlite3.Error:
-                if conn.in_transaction:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError as exc:
+                    raise BrokerUnavailable(
+                        f"SQLite database {self.path!r} is busy: {exc}"
+                    ) from None
+                try:
+                    yield conn
+                except BaseException:
                     conn.execute("ROLLBACK")
-                raise
+                    raise
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            finally:
+                if relax:
+                    conn.execute(f"PRAGMA synchronous = {self._sync}")
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -277,7 +291,7 @@ class SQLiteBroker(Broker):
     ) -> list[ClaimedJob]:
         if n <= 0 or not queues:
             return []
-        with self._write() as conn:
+        with self._write(relaxed=True) as conn:
             return self._claim_in(conn, queues, n, lease, worker_id)
 
     def _claim_in(
@@ -290,17 +304,6 @@ class SQLiteBroker(Broker):
         params.update(n=n, token=token, now=now, lease=lease, worker=worker_id)
         rows = conn.execute(self._claim_statement(len(queues)), params).fetchall()
         return in_claim_order([_claimed_from_row(r, token) for r in rows])
-
-    def record_and_claim(
-        self, started: Sequence[Claim], outcomes: Sequence[Outcome], queues: Sequence[str],
-        n: int, lease: float, worker_id: str,
-    ) -> tuple[list[Claim], list[ClaimedJob]]:  # fmt: skip
-        """One BEGIN IMMEDIATE for both: the worker's common turn costs one commit."""
-        with self._write() as conn:
-            lost = self._record_in(conn, started, outcomes)
-            claimed = self._claim_in(conn, queues, n, lease, worker_id) if n > 0 and queues else []
-        self._after_record(outcomes)
-        return lost, claimed
 
     def has_work(self, queues: Sequence[str]) -> bool:
         marks, params = _placeholders("q", queues)
@@ -321,7 +324,7 @@ class SQLiteBroker(Broker):
     def record(self, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> list[Claim]:
         if not started and not outcomes:
             return []
-        with self._write() as conn:
+        with self._write(relaxed=not outcomes) as conn:  # starts alone: see _write
             lost = self._record_in(conn, started, outcomes)
         self._after_record(outcomes)
         return lost
@@ -329,29 +332,26 @@ class SQLiteBroker(Broker):
     def _record_in(
         self, conn: sqlite3.Connection, started: Sequence[Claim], outcomes: Sequence[Outcome]
     ) -> list[Claim]:
-        lost: list[Claim] = []
+        """One statement per kind of write (start, ack, retry, dead) for the whole batch."""
         finishing = {o.claim for o in outcomes}
+        starts = [c for c in started if c not in finishing]  # ack/fail below set started_at
+        acks = [o for o in outcomes if isinstance(o, Succeeded)]
+        dead = [o for o in outcomes if isinstance(o, Failed) and o.retry_in is None]
+        retries = [o for o in outcomes if isinstance(o, Failed) and o.retry_in is not None]
+        batches: list[tuple[str, list[list[Any]]]] = [
+            ("start", [[c.job_id, c.token] for c in starts]),
+            ("ack", [[o.claim.job_id, o.claim.token, o.result_json] for o in acks]),
+            ("fail_dead", [[o.claim.job_id, o.claim.token, _error_json(o)] for o in dead]),
+            ("fail_retry", [[o.claim.job_id, o.claim.token, _error_json(o), o.retry_in]
+                            for o in retries]),
+        ]  # fmt: skip
         now = self._clock()
-        for claim in started:
-            if claim in finishing:
-                continue  # ack/fail below sets started_at; one write instead of two
-            cur = conn.execute(Q["start"], {"id": claim.job_id, "token": claim.token, "now": now})
-            if cur.rowcount == 0:
-                lost.append(claim)
-        for outcome in outcomes:
-            key = {"id": outcome.claim.job_id, "token": outcome.claim.token, "now": now}
-            if isinstance(outcome, Succeeded):
-                cur = conn.execute(Q["ack"], {**key, "result": outcome.result_json})
-            elif outcome.retry_in is None:
-                cur = conn.execute(Q["fail_dead"], {**key, "error": _error_json(outcome)})
-            else:
-                cur = conn.execute(
-                    Q["fail_retry"],
-                    {**key, "error": _error_json(outcome), "retry_in": outcome.retry_in},
-                )
-            if cur.rowcount == 0:
-                lost.append(outcome.claim)
-        return lost
+        matched: set[Claim] = set()
+        for query, batch in batches:
+            if batch:
+                rows = conn.execute(Q[query], {"batch": dumps(batch), "now": now}).fetchall()
+                matched.update(Claim(JobId(r[0]), r[1]) for r in rows)
+        return [c for c in [*starts, *(o.claim for o in outcomes)] if c not in matched]
 
     def _after_record(self, outcomes: Sequence[Outcome]) -> None:
         if any(isinstance(o, Failed) and o.retry_in is not None for o in outcomes):

@@ -8,6 +8,7 @@ worker's heartbeats, which run on the main thread.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import sys
 import threading
@@ -37,6 +38,12 @@ class AsyncExecutor:
         self._last_tick = time.monotonic()
         self._running: dict[int, str] = {}  # job id -> task name, for the blocked-loop report
         self._stop = threading.Event()
+        # Submitted items wait here for the loop: one wake-up of the loop thread per batch
+        # the dispatcher hands over, not one per job.
+        self._inbox: collections.deque[WorkItem] = collections.deque()
+        self._inbox_lock = threading.Lock()
+        self._inbox_scheduled = False
+        self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         self._on_start: StartCallback | None = None
         self._on_done: DoneCallback | None = None
 
@@ -63,7 +70,21 @@ class AsyncExecutor:
             self.loop.call_later(TICK, self._tick)
 
     def submit(self, item: WorkItem) -> None:
-        asyncio.run_coroutine_threadsafe(self._run(item), self.loop)
+        with self._inbox_lock:
+            self._inbox.append(item)
+            if self._inbox_scheduled:
+                return
+            self._inbox_scheduled = True
+        self.loop.call_soon_threadsafe(self._take_inbox)
+
+    def _take_inbox(self) -> None:
+        with self._inbox_lock:
+            items, self._inbox = self._inbox, collections.deque()
+            self._inbox_scheduled = False
+        for item in items:
+            task = self.loop.create_task(self._run(item))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _run(self, item: WorkItem) -> None:
         assert self._on_start is not None and self._on_done is not None and item.arun is not None

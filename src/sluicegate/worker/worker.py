@@ -392,19 +392,9 @@ class Worker:
         return out
 
     def _claim_from(self, queues: tuple[str, ...], wanted: int) -> list[ClaimedJob]:
-        """Claim; pending starts and outcomes ride in the same transaction."""
-        started, outcomes = self._take_batch()
-        if not started and not outcomes:
-            return self.broker.claim(queues, wanted, self.lease, self.worker_id)
-        try:
-            lost, claimed = self.broker.record_and_claim(
-                started, outcomes, queues, wanted, self.lease, self.worker_id
-            )
-        except Exception:
-            self._put_back(started, outcomes)
-            raise
-        self._recorded(outcomes, lost)
-        return claimed
+        """Claim only: pending starts and outcomes are written after the new jobs are
+        dispatched (``_flush``), so refilling a slot never waits for an ack's fsync."""
+        return self.broker.claim(queues, wanted, self.lease, self.worker_id)
 
     def _dispatch(self, pool: PoolState, claimed: ClaimedJob) -> None:
         self.counters.claimed += 1

@@ -84,9 +84,9 @@ SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q;
 -- again so concurrent claimers promote disjoint rows. This statement's snapshot cannot see
 -- the rows it promoted, so when it promoted any of the wanted queues it claims nothing (a
 -- due job may come first in claim order) and the broker claims again without promoting.
--- {relaxed} is set_config('synchronous_commit', 'off', true) for a claim that is its own
--- transaction (a claim lost in a server crash only means the job is claimed again later, and
--- its holder's ack is refused), and NULL inside a transaction that also acks.
+-- The claim is its own transaction and commits without waiting for the WAL flush
+-- (synchronous_commit off, set by the statement itself): a claim lost in a server crash only
+-- means the job is claimed again later, and its holder's ack is refused.
 -- Row layout: promoted, relaxed, then the job's columns (NULL when nothing was claimed).
 WITH promoted AS (
     UPDATE {schema}.jobs SET state = 'ready'
@@ -121,7 +121,7 @@ WITH promoted AS (
 )
 SELECT p.promoted, p.relaxed, c.*
 FROM (SELECT count(*) FILTER (WHERE queue = ANY(%(queues)s::text[])) AS promoted,
-             {relaxed} AS relaxed
+             set_config('synchronous_commit', 'off', true) AS relaxed
       FROM promoted) AS p
 LEFT JOIN claimed AS c ON true;
 

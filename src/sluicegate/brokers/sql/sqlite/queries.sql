@@ -54,30 +54,47 @@ SELECT 1 FROM jobs WHERE state = 'scheduled' AND run_at <= :now AND queue IN ({q
 SELECT min(run_at) FROM jobs WHERE state = 'scheduled' AND queue IN ({queues});
 
 -- name: start
+-- Batched writes: :batch is a JSON array of [job id, fencing token, ...] per claim, one
+-- statement per kind and turn; RETURNING names the claims whose own token matched.
 UPDATE jobs SET state = 'running', started_at = :now
-WHERE id = :id AND lease_token = :token AND state IN ({start_from});
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token
+      FROM json_each(:batch)) AS c
+WHERE jobs.id = c.id AND jobs.lease_token = c.token AND +jobs.state IN ({start_from})
+RETURNING jobs.id, jobs.lease_token;
 
 -- name: ack
 -- A claim finished without a separate start (record() folds the two) began its body now;
 -- started_at of an earlier attempt must not stand in for this one. Same for fail_*.
 UPDATE jobs
-SET state = 'succeeded', result = :result, finished_at = :now,
-    started_at = CASE WHEN state = 'running' THEN started_at ELSE :now END,
+SET state = 'succeeded', result = c.result, finished_at = :now,
+    started_at = CASE WHEN jobs.state = 'running' THEN jobs.started_at ELSE :now END,
     lease_expires_at = NULL
-WHERE id = :id AND lease_token = :token AND state IN ({held});
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token,
+             json_extract(value, '$[2]') AS result
+      FROM json_each(:batch)) AS c
+WHERE jobs.id = c.id AND jobs.lease_token = c.token AND +jobs.state IN ({held})
+RETURNING jobs.id, jobs.lease_token;
 
 -- name: fail_retry
 UPDATE jobs
-SET state = 'scheduled', run_at = :now + :retry_in, last_error = :error,
-    started_at = CASE WHEN state = 'running' THEN started_at ELSE :now END,
+SET state = 'scheduled', run_at = :now + c.retry_in, last_error = c.error,
+    started_at = CASE WHEN jobs.state = 'running' THEN jobs.started_at ELSE :now END,
     lease_expires_at = NULL
-WHERE id = :id AND lease_token = :token AND state IN ({held});
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token,
+             json_extract(value, '$[2]') AS error, json_extract(value, '$[3]') AS retry_in
+      FROM json_each(:batch)) AS c
+WHERE jobs.id = c.id AND jobs.lease_token = c.token AND +jobs.state IN ({held})
+RETURNING jobs.id, jobs.lease_token;
 
 -- name: fail_dead
 UPDATE jobs
-SET state = 'dead', last_error = :error, finished_at = :now, lease_expires_at = NULL,
-    started_at = CASE WHEN state = 'running' THEN started_at ELSE :now END
-WHERE id = :id AND lease_token = :token AND state IN ({held});
+SET state = 'dead', last_error = c.error, finished_at = :now, lease_expires_at = NULL,
+    started_at = CASE WHEN jobs.state = 'running' THEN jobs.started_at ELSE :now END
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token,
+             json_extract(value, '$[2]') AS error
+      FROM json_each(:batch)) AS c
+WHERE jobs.id = c.id AND jobs.lease_token = c.token AND +jobs.state IN ({held})
+RETURNING jobs.id, jobs.lease_token;
 
 -- name: heartbeat
 UPDATE jobs SET lease_expires_at = :now + :lease
