@@ -456,24 +456,29 @@ class SQLiteBroker(Broker):
         return self._subscribers.add(callback)
 
     def _watch_loop(self, stop: threading.Event, fire: Callable[[], None]) -> None:
-        """Poll PRAGMA data_version: it changes when another connection commits."""
-        conn = self._connect()
-        cursor = conn.cursor()
+        """Poll PRAGMA data_version on the writer connection: it changes when another
+        connection commits, never for this broker's own writes (which notify locally), so
+        a worker is not woken by its own acks. A poll that finds the writer busy is
+        skipped: the next one is a few milliseconds away."""
         interval = self.poll_interval
+        last = self._data_version(blocking=True)
+        # time.sleep + is_set costs less CPU per turn than Event.wait(timeout).
+        while not stop.is_set():
+            time.sleep(interval)
+            version = self._data_version(blocking=False)
+            if version is not None and version != last:
+                last = version
+                fire()
+
+    def _data_version(self, blocking: bool) -> int | None:
+        if not self._write_lock.acquire(blocking):
+            return None
         try:
-            last = cursor.execute("PRAGMA data_version").fetchone()[0]
-            # time.sleep + is_set costs less CPU per turn than Event.wait(timeout).
-            while not stop.is_set():
-                time.sleep(interval)
-                try:
-                    version = cursor.execute("PRAGMA data_version").fetchone()[0]
-                except sqlite3.Error:
-                    continue
-                if version != last:
-                    last = version
-                    fire()
+            return int(self._writer.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error:
+            return None
         finally:
-            conn.close()
+            self._write_lock.release()
 
 
 def _error_json(outcome: Failed) -> str:
