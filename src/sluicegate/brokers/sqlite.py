@@ -25,6 +25,7 @@ from ..errors import BrokerUnavailable, ConfigError
 from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState, in_claim_order
 from ..outcomes import Failed, Outcome, Succeeded
 from .base import Broker, QueueStats, Recovery, Stats, refusal, unique_key_taken
+from .doorbell import Bell, open_doorbell
 from .sqlfiles import load_migrations, load_queries
 from .wakeups import Subscribers
 
@@ -125,7 +126,9 @@ class SQLiteBroker(Broker):
         self.migrate()
         self._reader = self._connect()
         self._claim_sql: dict[int, str] = {}
-        self._subscribers = Subscribers(self._watch_loop)
+        self._doorbell = open_doorbell(self.path)
+        self._bell: Bell | None = None  # this process's, while someone is subscribed
+        self._subscribers = Subscribers(self._watch_loop, self._interrupt_watch)
 
     # ---- connections and transactions ------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -210,6 +213,8 @@ class SQLiteBroker(Broker):
 
     def close(self) -> None:
         self._subscribers.stop()
+        if self._doorbell is not None:
+            self._doorbell.close()
         with self._write_lock:
             self._writer.close()
         with self._read_lock:
@@ -256,7 +261,7 @@ class SQLiteBroker(Broker):
                             Q["unfinished_by_unique_key"], {"key": specs[i].unique_key}
                         ).fetchone()
                         existing[i] = _row_to_job(found)
-        self._subscribers.notify_local()
+        self._announce()
         # Built after commit, outside the write lock. Decoded from what was stored, so the
         # caller's own objects (tuples, lists mutated later) never leak into the result.
         ready, scheduled = JobState.READY, JobState.SCHEDULED
@@ -355,7 +360,7 @@ class SQLiteBroker(Broker):
 
     def _after_record(self, outcomes: Sequence[Outcome]) -> None:
         if any(isinstance(o, Failed) and o.retry_in is not None for o in outcomes):
-            self._subscribers.notify_local()
+            self._announce()
 
     def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
         return self._per_claim("heartbeat", claims, {"lease": lease})
@@ -363,7 +368,7 @@ class SQLiteBroker(Broker):
     def release(self, claims: Sequence[Claim]) -> list[Claim]:
         lost = self._per_claim("release", claims, {})
         if len(lost) < len(claims):
-            self._subscribers.notify_local()
+            self._announce()
         return lost
 
     def _per_claim(self, query: str, claims: Sequence[Claim], extra: dict[str, Any]) -> list[Claim]:
@@ -387,7 +392,7 @@ class SQLiteBroker(Broker):
             dead = [JobId(r[0]) for r in conn.execute(Q["recover_dead"], params).fetchall()]
             requeued = [JobId(r[0]) for r in conn.execute(Q["recover_ready"], params).fetchall()]
         if requeued:
-            self._subscribers.notify_local()
+            self._announce()
         return Recovery(requeued=requeued, dead=dead)
 
     # ---- operator actions -------------------------------------------------
@@ -399,7 +404,7 @@ class SQLiteBroker(Broker):
             job = self._operator_action("revive", job_id)
         except sqlite3.IntegrityError:
             raise unique_key_taken(job_id) from None
-        self._subscribers.notify_local()
+        self._announce()
         return job
 
     def _operator_action(self, query: str, job_id: int) -> Job:
@@ -455,20 +460,44 @@ class SQLiteBroker(Broker):
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
         return self._subscribers.add(callback)
 
+    def _announce(self) -> None:
+        """After a commit that makes work claimable: wake this process's subscribers and
+        ring every other process waiting on this database."""
+        self._subscribers.notify_local()
+        if self._doorbell is not None:
+            self._doorbell.ring()
+
     def _watch_loop(self, stop: threading.Event, fire: Callable[[], None]) -> None:
-        """Poll PRAGMA data_version on the writer connection: it changes when another
-        connection commits, never for this broker's own writes (which notify locally), so
-        a worker is not woken by its own acks. A poll that finds the writer busy is
-        skipped: the next one is a few milliseconds away."""
-        interval = self.poll_interval
+        """Wake subscribers when another process commits work.
+
+        With a doorbell: on each ring, and nothing in between (a writer that does not
+        ring, such as another user's process, is seen by the worker's own safety poll).
+        Without one: poll PRAGMA data_version every poll_interval; it changes when another
+        connection commits. It is read on the writer connection, so this broker's own
+        writes (which notify locally) never count; a poll that finds the writer busy is
+        skipped."""
+        self._bell = self._doorbell.listen() if self._doorbell is not None else None
+        if self._bell is not None:
+            try:
+                while not stop.is_set():
+                    if self._bell.wait(BELL_WAIT) and not stop.is_set():
+                        fire()
+            finally:
+                self._bell.close()
+                self._bell = None
+            return
         last = self._data_version(blocking=True)
-        # time.sleep + is_set costs less CPU per turn than Event.wait(timeout).
         while not stop.is_set():
-            time.sleep(interval)
+            time.sleep(self.poll_interval)  # costs less CPU per turn than Event.wait
             version = self._data_version(blocking=False)
             if version is not None and version != last:
                 last = version
                 fire()
+
+    def _interrupt_watch(self) -> None:
+        bell = self._bell
+        if bell is not None:
+            bell.interrupt()
 
     def _data_version(self, blocking: bool) -> int | None:
         if not self._write_lock.acquire(blocking):
@@ -479,6 +508,9 @@ class SQLiteBroker(Broker):
             return None
         finally:
             self._write_lock.release()
+
+
+BELL_WAIT = 5.0  # a stop that raced past its interrupt is still seen within this
 
 
 def _error_json(outcome: Failed) -> str:

@@ -14,10 +14,14 @@ WatchLoop = Callable[[threading.Event, Callable[[], None]], None]
 
 
 class Subscribers:
-    def __init__(self, watch_loop: WatchLoop | None = None) -> None:
+    def __init__(
+        self, watch_loop: WatchLoop | None = None, interrupt: Callable[[], None] | None = None
+    ) -> None:
+        """``interrupt`` wakes a watch loop that blocks for long, so that stop is prompt."""
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._watch_loop = watch_loop
+        self._interrupt = interrupt
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -50,5 +54,7 @@ class Subscribers:
         with self._lock:
             thread, self._thread = self._thread, None
         self._stop.set()
+        if thread is not None and self._interrupt is not None:
+            self._interrupt()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2)
