@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import shutil
 import sqlite3
 import statistics
@@ -37,6 +38,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
@@ -210,9 +212,32 @@ def statement_cost(url: str, broker: Broker, batch: int, runs: int = 9) -> tuple
     return statistics.median(times), int(statistics.median(buffers))
 
 
+def generic_plan(conn: Any, query: str, params: dict[str, object]) -> list[str]:
+    """EXPLAIN ANALYZE of the generic plan, as the broker's connections run it
+    (plan_cache_mode=force_generic_plan, jit off): PREPARE, then EXECUTE; rolled back.
+    EXPLAIN with parameters would plan for their values instead."""
+    from psycopg import sql as pgsql  # PostgreSQL runs only: psycopg is an optional extra
+
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    conn.execute("SET jit = off")
+    conn.execute("PREPARE claim AS " + re.sub(r"%\((\w+)\)s", number, query).rstrip("; \n"))
+    values = pgsql.SQL(", ").join(pgsql.Literal(params[n]) for n in names)
+    plan = conn.execute(pgsql.SQL("EXPLAIN (ANALYZE) EXECUTE claim({})").format(values))
+    lines = [r[0] for r in plan]
+    conn.rollback()
+    return lines
+
+
 def explain(url: str, broker: Broker, batch: int) -> list[str]:
-    """EXPLAIN (ANALYZE, BUFFERS) of the broker's own claim statement, rolled back; then the
-    index the generic plan uses (a prepared statement switches to it after 5 runs)."""
+    """EXPLAIN (ANALYZE, BUFFERS) of the broker's own claim statement, rolled back; then
+    the generic plan's indexes and time (the broker's connections force generic plans)."""
     claim_sql = broker._queries["claim"]  # type: ignore[attr-defined]
     params = claim_params(batch)
     lines = ["EXPLAIN (ANALYZE, BUFFERS) of the claim statement (custom plan, rolled back):"]
@@ -221,11 +246,12 @@ def explain(url: str, broker: Broker, batch: int) -> list[str]:
             "  " + r[0] for r in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + claim_sql, params)
         ]
         conn.rollback()
-        conn.execute("SET plan_cache_mode = force_generic_plan")
-        generic = [r[0] for r in conn.execute("EXPLAIN " + claim_sql, params, prepare=True)]
-        conn.rollback()
+        generic = generic_plan(conn, claim_sql, params)
     used = sorted({line.split(" using ")[1].split()[0] for line in generic if " using " in line})
-    lines.append(f"generic plan (plan_cache_mode=force_generic_plan) uses: {', '.join(used)}")
+    took = next((line.strip() for line in generic if line.startswith("Execution Time")), "?")
+    lines.append(
+        f"generic plan (what the broker's connections run): uses {', '.join(used)}; {took}"
+    )
     # The probe's plan, scanning from the heap's start as a first scan does (later scans may
     # start where an earlier one stopped: synchronize_seqscans).
     probe_sql = broker._queries["probe_work"]  # type: ignore[attr-defined]

@@ -175,8 +175,12 @@ def _generic_plans(conn: Any) -> None:
     Re-planning the claim costs the server more than running it, and PostgreSQL keeps
     choosing custom plans for it (its LIMIT and queue list are parameters). Every hot
     statement's generic plan reads the same index as its custom one; the operator queries
-    whose best index depends on a parameter opt out (``_custom_plans``)."""
+    whose best index depends on a parameter opt out (``_custom_plans``). A generic plan
+    cannot know that a claim's LIMIT is small, so its cost estimate is large: JIT
+    compilation, which would then start, is off for these connections (every statement
+    here touches a handful of rows)."""
     conn.execute("SET plan_cache_mode = force_generic_plan")
+    conn.execute("SET jit = off")
 
 
 def _fits_bigint(job_id: int) -> bool:

@@ -112,11 +112,12 @@ WITH promoted AS (
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(n)s
 ), claimed AS (
+    -- id = ANY(ARRAY(...)), not a join: the statement runs on a generic plan, which cannot
+    -- know that %(n)s is small, and would otherwise merge-join against the whole primary key.
     UPDATE {schema}.jobs AS j
     SET state = 'claimed', attempts = j.attempts + 1, lease_token = %(token)s,
         lease_expires_at = {now} + make_interval(secs => %(lease)s), worker_id = %(worker)s
-    FROM candidates
-    WHERE j.id = candidates.id
+    WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING {job_columns_j}
 )
 SELECT p.promoted, p.relaxed, c.*
