@@ -211,6 +211,11 @@ class Broker(ABC):
         the broker can see them. Returns a function that unsubscribes.
         """
 
+    def wakeups_healthy(self) -> bool:
+        """True while ``subscribe`` sees every commit that makes work claimable (a live
+        LISTEN connection, a doorbell): workers then need their safety poll only rarely."""
+        return False
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and threads."""
 

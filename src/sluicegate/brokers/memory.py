@@ -296,5 +296,8 @@ class MemoryBroker(Broker):
             }
         )
 
+    def wakeups_healthy(self) -> bool:
+        return True  # one process: every write notifies its subscribers at once
+
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
         return self._subscribers.add(callback)

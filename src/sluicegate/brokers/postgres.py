@@ -17,6 +17,8 @@ import logging
 import random
 import re
 import secrets
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -56,6 +58,7 @@ OUR_OPTIONS = {"schema", "migrate", "pool_max", "poll_interval"}
 BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 TASK_POOL_MAX = 64  # connections for transactional tasks' own transactions (opened lazily)
 LISTEN_WAIT = 2.0  # subscribe() waits this long at most for LISTEN to be in place
+LISTEN_IDLE = 5.0  # the listener's longest sleep, should a stop's interrupt be lost
 MAYBE_WRITTEN_MAX = 10_000  # claims remembered for own_writes; the oldest are forgotten
 TIMES = ("run_at", "lease_expires_at", "enqueued_at", "started_at", "finished_at")
 COLUMNS = (
@@ -252,7 +255,12 @@ class PostgresBroker(Broker):
         except BaseException:
             self._pool.close()
             raise
-        self._subscribers = Subscribers(self._listen_loop)
+        # The listener sleeps in select() on its connection and this pair's reading end;
+        # stopping writes to the other end (no periodic wake-ups while idle).
+        self._listen_wake = socket.socketpair()
+        for end in self._listen_wake:
+            end.setblocking(False)
+        self._subscribers = Subscribers(self._listen_loop, self._interrupt_listener)
 
     # ---- setup -------------------------------------------------------------------------
     def _load_queries(self) -> dict[str, str]:
@@ -416,6 +424,8 @@ class PostgresBroker(Broker):
 
     def close(self) -> None:
         self._subscribers.stop()
+        for end in self._listen_wake:
+            end.close()
         self._pool.close()
         with self._task_pool_lock:
             if self._task_pool is not None:
@@ -723,6 +733,23 @@ class PostgresBroker(Broker):
             }).rowcount)  # fmt: skip
 
     # ---- wake-ups ------------------------------------------------------------------------------------------
+    def wakeups_healthy(self) -> bool:
+        return self._listening.is_set()
+
+    def _await_notification(self, conn: Any) -> None:
+        """Sleep until the LISTEN connection has input (a notification, or the server
+        closing it) or stop is asked for. A long timeout only bounds a lost interrupt."""
+        wake = self._listen_wake[0]
+        ready, _, _ = select.select([conn.fileno(), wake], [], [], LISTEN_IDLE)
+        if wake in ready:
+            with contextlib.suppress(OSError):
+                while wake.recv(64):
+                    pass
+
+    def _interrupt_listener(self) -> None:
+        with contextlib.suppress(OSError):
+            self._listen_wake[1].send(b"!")
+
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Also waits (at most LISTEN_WAIT s) until LISTEN is in place, so that an enqueue
         from anywhere after this returns is seen."""
@@ -746,7 +773,8 @@ class PostgresBroker(Broker):
                         fire()
                         self._listening.set()
                         while not stop.is_set():
-                            for _ in conn.notifies(timeout=0.2, stop_after=1):
+                            self._await_notification(conn)
+                            if any(True for _ in conn.notifies(timeout=0)):
                                 fire()
                 except psycopg.Error as exc:
                     self._listening.clear()

@@ -460,6 +460,9 @@ class SQLiteBroker(Broker):
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
         return self._subscribers.add(callback)
 
+    def wakeups_healthy(self) -> bool:
+        return self._bell is not None
+
     def _announce(self) -> None:
         """After a commit that makes work claimable: wake this process's subscribers and
         ring every other process waiting on this database."""

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ..app import App
 
 log = logging.getLogger("sluicegate.worker")
+HEALTHY_POLL_FACTOR = 5.0  # safety poll every 5 x poll_interval while wake-ups are healthy
 
 
 def new_worker_id() -> str:
@@ -183,7 +184,11 @@ class Worker:
 
     def _claim_turn(self, now: float) -> None:
         if now >= self._next_poll:  # the fallback poll, in case a wake-up was missed
-            self._next_poll = now + self.poll_interval * random.uniform(0.8, 1.2)
+            # Rarer while the broker's wake-ups are known to work: an idle worker's poll
+            # is most of its idle CPU.
+            healthy = self.broker.wakeups_healthy()
+            interval = self.poll_interval * (HEALTHY_POLL_FACTOR if healthy else 1.0)
+            self._next_poll = now + interval * random.uniform(0.8, 1.2)
             self._mark_all_maybe_more()
         if self._next_due is not None and now >= self._next_due:
             self._next_due = None
