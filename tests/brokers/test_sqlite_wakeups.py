@@ -118,3 +118,22 @@ def test_without_a_doorbell_the_watcher_polls_data_version(tmp_path: Path) -> No
         unsubscribe()
         watcher.close()
         producer.close()
+
+
+def test_a_writer_that_cannot_ring_is_still_seen_by_a_waiting_process(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    watcher, silent = open_broker(db), open_broker(db)
+    assert silent._doorbell is not None
+    silent._doorbell.close()
+    silent._doorbell = None  # e.g. an older version, or a path it cannot reach the bells by
+    fired = threading.Event()
+    unsubscribe = watcher.subscribe(fired.set)
+    try:
+        assert wait_for(lambda: watcher._bell is not None)
+        fired.clear()
+        silent.enqueue([spec()])
+        assert fired.wait(5)  # the data_version check beside the doorbell, within ~0.5 s
+    finally:
+        unsubscribe()
+        watcher.close()
+        silent.close()

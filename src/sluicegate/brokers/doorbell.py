@@ -37,21 +37,15 @@ class Doorbell:
         self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sender.setblocking(False)
         self._lock = threading.Lock()
-        self._listing: tuple[float, list[str]] = (-1.0, [])
 
     def _bells(self) -> list[str]:
-        """The sockets in the folder, re-read only when the folder changed."""
+        """The sockets in the folder, read at every ring: a handful of entries, and a
+        cached listing keyed on the folder's mtime could miss a socket bound within the
+        same timestamp tick."""
         try:
-            mtime = os.stat(self.folder).st_mtime
+            return [e.path for e in os.scandir(self.folder)]
         except OSError:
             return []
-        if mtime != self._listing[0]:
-            try:
-                names = [e.path for e in os.scandir(self.folder)]
-            except OSError:
-                names = []
-            self._listing = (mtime, names)
-        return self._listing[1]
 
     def ring(self) -> None:
         """One byte to every waiting process; never blocks, never raises."""
@@ -84,8 +78,14 @@ class Bell:
             raise OSError(f"socket path too long for AF_UNIX: {self.path}")
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
-            os.makedirs(folder, exist_ok=True)
-            self._sock.bind(self.path)
+            for attempt in range(3):  # a process leaving may remove the empty folder meanwhile
+                os.makedirs(folder, exist_ok=True)
+                try:
+                    self._sock.bind(self.path)
+                    break
+                except FileNotFoundError:
+                    if attempt == 2:
+                        raise
             os.chmod(self.path, 0o666)  # a producer running as another user may ring too
         except OSError:
             self._sock.close()
@@ -108,6 +108,7 @@ class Bell:
     def interrupt(self) -> None:
         """Wake ``wait`` now (to stop the thread that waits)."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s, contextlib.suppress(OSError):
+            s.setblocking(False)  # a full queue already holds a wake-up
             s.sendto(RING, self.path)
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ import logging
 import random
 import re
 import secrets
-import select
+import selectors
 import socket
 import threading
 import time
@@ -507,13 +507,13 @@ class PostgresBroker(Broker):
             "run_at": spec.run_at, "delay": spec.delay, "now": now,
         }  # fmt: skip
         # The holder of the key can finish between our insert and our read: then go again.
-        cur = conn.cursor(row_factory=tuple_row)
-        for _ in range(5):
-            row = cur.execute(self._queries["insert_unique_job"], params).fetchone()
-            if row is None:
-                row = cur.execute(self._queries["unfinished_by_unique_key"], params).fetchone()
-            if row is not None:
-                return _row_to_job(row)
+        with conn.cursor(row_factory=tuple_row) as cur:
+            for _ in range(5):
+                row = cur.execute(self._queries["insert_unique_job"], params).fetchone()
+                if row is None:
+                    row = cur.execute(self._queries["unfinished_by_unique_key"], params).fetchone()
+                if row is not None:
+                    return _row_to_job(row)
         raise BrokerUnavailable(
             f"unique key {spec.unique_key!r} kept changing hands during enqueue; try again"
         )
@@ -736,12 +736,17 @@ class PostgresBroker(Broker):
     def wakeups_healthy(self) -> bool:
         return self._listening.is_set()
 
-    def _await_notification(self, conn: Any) -> None:
+    def _await_notification(self, waiting: selectors.BaseSelector) -> None:
         """Sleep until the LISTEN connection has input (a notification, or the server
-        closing it) or stop is asked for. A long timeout only bounds a lost interrupt."""
+        closing it) or stop is asked for. A long timeout only bounds a lost interrupt.
+        A selector, not select(): it has no limit on descriptor numbers."""
         wake = self._listen_wake[0]
-        ready, _, _ = select.select([conn.fileno(), wake], [], [], LISTEN_IDLE)
-        if wake in ready:
+        try:
+            ready = waiting.select(LISTEN_IDLE)
+        except (OSError, ValueError):  # the wake socket was closed: the broker is closing
+            time.sleep(0.1)
+            return
+        if any(key.fileobj is wake for key, _ in ready):
             with contextlib.suppress(OSError):
                 while wake.recv(64):
                     pass
@@ -772,10 +777,13 @@ class PostgresBroker(Broker):
                         delay = 0.0
                         fire()
                         self._listening.set()
-                        while not stop.is_set():
-                            self._await_notification(conn)
-                            if any(True for _ in conn.notifies(timeout=0)):
-                                fire()
+                        with selectors.DefaultSelector() as waiting:
+                            waiting.register(conn.fileno(), selectors.EVENT_READ)
+                            waiting.register(self._listen_wake[0], selectors.EVENT_READ)
+                            while not stop.is_set():
+                                self._await_notification(waiting)
+                                if any(True for _ in conn.notifies(timeout=0)):
+                                    fire()
                 except psycopg.Error as exc:
                     self._listening.clear()
                     if delay == 0.0:

@@ -473,29 +473,35 @@ class SQLiteBroker(Broker):
     def _watch_loop(self, stop: threading.Event, fire: Callable[[], None]) -> None:
         """Wake subscribers when another process commits work.
 
-        With a doorbell: on each ring, and nothing in between (a writer that does not
-        ring, such as another user's process, is seen by the worker's own safety poll).
-        Without one: poll PRAGMA data_version every poll_interval; it changes when another
-        connection commits. It is read on the writer connection, so this broker's own
-        writes (which notify locally) never count; a poll that finds the writer busy is
-        skipped."""
-        self._bell = self._doorbell.listen() if self._doorbell is not None else None
-        if self._bell is not None:
-            try:
-                while not stop.is_set():
-                    if self._bell.wait(BELL_WAIT) and not stop.is_set():
-                        fire()
-            finally:
-                self._bell.close()
-                self._bell = None
-            return
-        last = self._data_version(blocking=True)
-        while not stop.is_set():
-            time.sleep(self.poll_interval)  # costs less CPU per turn than Event.wait
-            version = self._data_version(blocking=False)
-            if version is not None and version != last:
-                last = version
-                fire()
+        On a doorbell ring at once; and on a change of PRAGMA data_version, which changes
+        when another connection commits: checked every BELL_CHECK s with a doorbell (for
+        writers that cannot ring it: another path to the same file, a folder they may not
+        enter, an older version), every poll_interval without one. data_version is read on
+        the writer connection, so this broker's own writes (which notify locally) never
+        count; a check that finds the writer busy is skipped."""
+        bell = self._doorbell.listen() if self._doorbell is not None else None
+        self._bell = bell
+        try:
+            last = self._data_version(blocking=True)
+            while not stop.is_set():
+                if bell is not None:
+                    rang = bell.wait(BELL_CHECK)
+                else:  # time.sleep + is_set costs less CPU per turn than Event.wait
+                    time.sleep(self.poll_interval)
+                    rang = False
+                if stop.is_set():
+                    break
+                version = self._data_version(blocking=False)
+                changed = version is not None and version != last
+                if changed:
+                    last = version
+                if rang or changed:
+                    fire()
+        finally:
+            if bell is not None:
+                if self._bell is bell:  # a later watcher may already have its own
+                    self._bell = None
+                bell.close()
 
     def _interrupt_watch(self) -> None:
         bell = self._bell
@@ -513,7 +519,7 @@ class SQLiteBroker(Broker):
             self._write_lock.release()
 
 
-BELL_WAIT = 5.0  # a stop that raced past its interrupt is still seen within this
+BELL_CHECK = 0.5  # with a doorbell: seconds between data_version checks for other writers
 
 
 def _error_json(outcome: Failed) -> str:

@@ -160,7 +160,7 @@ class Worker:
                 if self._stop_requests and self._shutdown_step(now):
                     break
                 if self._backoff_until <= now and not self._stop_requests:
-                    self._claim_turn(now)  # carries pending outcomes along with a claim
+                    self._claim_turn(now)  # claims and dispatches; outcomes are written next
                 if self._backoff_until <= now:
                     self._flush()
                     if self.burst and self._idle_and_drained():
