@@ -7,8 +7,6 @@ clock: leases expire by ``clock.advance``, never by sleeping.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -17,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sg_harness import run_released
 
 from sluicegate.brokers.base import Broker, Recovery
 from sluicegate.brokers.memory import MemoryBroker
@@ -959,31 +958,7 @@ finally:
 
 
 def _run_children(url: str, action: str, count: int) -> list[list[Any]]:
-    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    children = [
-        subprocess.Popen([sys.executable, "-c", CHILD, url, action, f"p{i}"], text=True, **pipes)
-        for i in range(count)
-    ]
-    try:
-        for child in children:
-            assert child.stdout is not None
-            line = child.stdout.readline()
-            assert line == "ready\n", (line, child.stderr and child.stderr.read())
-        outputs = []
-        for child in children:  # release them all before waiting on any
-            assert child.stdin is not None
-            child.stdin.write("go\n")
-            child.stdin.flush()
-        for child in children:
-            out, err = child.communicate(timeout=60)
-            assert child.returncode == 0, err
-            outputs.append(json.loads(out))
-        return outputs
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.communicate()
+    return run_released(CHILD, [[url, action, f"p{i}"] for i in range(count)])
 
 
 class TestProcessRaces:

@@ -8,16 +8,14 @@ Everything every broker must do lives in test_conformance.py, which runs here to
 from __future__ import annotations
 
 import contextlib
-import json
 import re
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from sg_harness import run_released
 
 from sluicegate.brokers.base import Retention
 from sluicegate.codec import encode_payload
@@ -73,35 +71,6 @@ def sql(pg_dsn: str) -> Iterator[Any]:
         yield conn
 
 
-def run_children(script: str, args: list[str], count: int) -> list[str]:
-    """Start ``count`` children, release them together once all are ready, return stdouts."""
-    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    children = [
-        subprocess.Popen([sys.executable, "-c", script, *args], text=True, **pipes)
-        for _ in range(count)
-    ]
-    try:
-        for child in children:
-            assert child.stdout is not None
-            line = child.stdout.readline()
-            assert line == "ready\n", (line, child.stderr and child.stderr.read())
-        for child in children:
-            assert child.stdin is not None
-            child.stdin.write("go\n")
-            child.stdin.flush()
-        outputs = []
-        for child in children:
-            out, err = child.communicate(timeout=60)
-            assert child.returncode == 0, err
-            outputs.append(out)
-        return outputs
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.communicate()
-
-
 # ---- migrations ---------------------------------------------------------------------------
 class TestMigrations:
     def test_a_migrated_schema_has_its_version_table(
@@ -138,7 +107,7 @@ class TestMigrations:
             "print(json.dumps(broker.migrations_applied), flush=True)\n"
             "broker.close()\n"
         )
-        outputs = [json.loads(out) for out in run_children(child, [pg_url], 4)]
+        outputs = run_released(child, [[pg_url]] * 4)
         assert sorted(outputs) == [[], [], [], [1]], outputs
         schema = schema_of(pg_url)
         assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (1,)

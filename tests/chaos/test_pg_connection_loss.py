@@ -30,6 +30,7 @@ from sg_harness import Fleet, WorkerProcess, counts, enqueue_mixed, wait_for
 from tcpproxy import TcpProxy
 
 from sluicegate import App, Job, JobState
+from sluicegate.brokers.postgres import RECONNECT_CAP
 from sluicegate.worker import PoolSpec, Worker
 
 pytestmark = sg_brokers.only_postgresql
@@ -138,6 +139,14 @@ class Outage:
         text = self.since(worker)
         return "broker reachable again" in text[text.rfind("broker error") :]
 
+    def wait_noticed(self) -> None:
+        """Until every worker has logged the outage."""
+        wait_for(lambda: len(self.noticed_by()) == len(self.workers), timeout=20, what=self.report)
+
+    def wait_recovered(self) -> None:
+        """Until every worker has logged that the broker is reachable again."""
+        wait_for(lambda: all(self.recovered(w) for w in self.workers), timeout=30, what=self.report)
+
     def check_logged_once(self, expect_all: bool = True) -> None:
         """Each worker that noticed logs the outage once (not a flood), then its recovery."""
         noticed = self.noticed_by()
@@ -196,18 +205,26 @@ def broker_backends(db_url: str) -> list[int]:
     return [r[0] for r in rows]
 
 
+def start_mid_run(
+    producer: App, db_url: str, effects: str, fleet: Fleet
+) -> tuple[list[Job], list[WorkerProcess]]:
+    """Enqueue the jobs, start the workers and wait until they are busy with them."""
+    jobs = enqueue_jobs(producer, db_url, effects)
+    workers = start_workers(fleet)
+    wait_mid_run(producer, fleet)
+    return jobs, workers
+
+
 # ---- the scenarios ----------------------------------------------------------------------
 def test_cut_connections_mid_run(
     db_url: str, proxy: TcpProxy, fleet: Fleet, producer: App, effects: str
 ) -> None:
-    jobs = enqueue_jobs(producer, db_url, effects)
-    workers = start_workers(fleet)
-    wait_mid_run(producer, fleet)
+    jobs, workers = start_mid_run(producer, db_url, effects, fleet)
 
     outage = Outage(workers)
     assert proxy.cut() >= WORKERS * 2  # every worker: a pool connection and its LISTEN one
-    wait_for(lambda: len(outage.noticed_by()) == WORKERS, timeout=20, what=outage.report)
-    wait_for(lambda: all(outage.recovered(w) for w in workers), timeout=30, what=outage.report)
+    outage.wait_noticed()
+    outage.wait_recovered()
     check_all_done(producer, db_url, effects, jobs, workers, fleet)
     outage.check_logged_once()
 
@@ -215,14 +232,12 @@ def test_cut_connections_mid_run(
 def test_outage_longer_than_a_lease(
     db_url: str, proxy: TcpProxy, fleet: Fleet, producer: App, effects: str
 ) -> None:
-    jobs = enqueue_jobs(producer, db_url, effects)
-    workers = start_workers(fleet)
-    wait_mid_run(producer, fleet)
+    jobs, workers = start_mid_run(producer, db_url, effects, fleet)
 
     outage = Outage(workers)
     proxy.block()
     proxy.cut()
-    wait_for(lambda: len(outage.noticed_by()) == WORKERS, timeout=20, what=outage.report)
+    outage.wait_noticed()
     down_since = time.monotonic()
     # The outage lasts longer than a lease (its length is the point of the test, so a
     # fixed wait): leases of jobs in flight expire meanwhile, by the server's clock.
@@ -232,7 +247,7 @@ def test_outage_longer_than_a_lease(
     assert refused_during > 0, "nobody tried to reconnect during the outage"
     proxy.unblock()
 
-    wait_for(lambda: all(outage.recovered(w) for w in workers), timeout=30, what=outage.report)
+    outage.wait_recovered()
     check_all_done(producer, db_url, effects, jobs, workers, fleet)
     outage.check_logged_once()
     # Reconnecting was paced (capped, jittered backoff), not a tight loop.
@@ -242,9 +257,7 @@ def test_outage_longer_than_a_lease(
 def test_backends_terminated_by_the_server(
     db_url: str, proxy: TcpProxy, fleet: Fleet, producer: App, effects: str
 ) -> None:
-    jobs = enqueue_jobs(producer, db_url, effects)
-    workers = start_workers(fleet)
-    wait_mid_run(producer, fleet)
+    jobs, workers = start_mid_run(producer, db_url, effects, fleet)
 
     before = set(broker_backends(db_url))
     assert before, "the workers' broker connections should be visible on the server"
@@ -256,8 +269,8 @@ def test_backends_terminated_by_the_server(
             (BROKER_APP_NAME,),
         ).fetchone()[0]
     assert killed >= WORKERS, killed
-    wait_for(lambda: len(outage.noticed_by()) == WORKERS, timeout=20, what=outage.report)
-    wait_for(lambda: all(outage.recovered(w) for w in workers), timeout=30, what=outage.report)
+    outage.wait_noticed()
+    outage.wait_recovered()
     # They reconnected: new backends, none of the terminated ones.
     wait_for(lambda: set(broker_backends(db_url)) - before, timeout=10, what="new backends")
     check_all_done(producer, db_url, effects, jobs, workers, fleet)
@@ -270,8 +283,8 @@ def test_acks_whose_commit_fate_is_unknown(
     """The connection drops right at an ack's COMMIT: either before the server got it
     (rolled back) or after it committed (reply lost). Leases outlast the reconnect here,
     so no job may run twice: each retried ack finds its own earlier write or its lease.
-    (A claim that rode in the same transaction is unknown to its worker: those jobs come
-    back when their lease expires, and run then, once.)"""
+    (Jobs whose claim's fate is unknown to their worker come back when their lease
+    expires, and run then, once.)"""
     jobs = enqueue_jobs(producer, db_url, effects)
     modes = ["committed", "lost"] * 4
     proxy.fail_commits(modes, pgchaosapp.ACK_MARKER.encode())
@@ -290,7 +303,6 @@ def test_acks_whose_commit_fate_is_unknown(
             assert len(runs[job.id]) == 1, (job.id, done, runs[job.id])
 
 
-RECONNECT_CAP = 5.0  # the worker's longest backoff between tries (worker.py)
 LONG_OUTAGE = 18.0
 
 
@@ -304,7 +316,7 @@ def test_reconnect_after_a_long_outage_is_capped(
     outage = Outage(workers)
     proxy.block()
     proxy.cut()
-    wait_for(lambda: len(outage.noticed_by()) == len(workers), timeout=20, what=outage.report)
+    outage.wait_noticed()
     down_since = time.monotonic()
     wait_for(lambda: time.monotonic() > down_since + LONG_OUTAGE, timeout=LONG_OUTAGE + 5)
     proxy.unblock()
