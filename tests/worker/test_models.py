@@ -133,6 +133,23 @@ def test_async_timeout_retries_then_dead(app: App, drain: Drain) -> None:
     assert attempts == [1, 2, 3]
 
 
+def test_a_loop_blocking_task_is_named_by_its_task_name_not_its_function(
+    app: App, drain: Drain, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task(name="reports.render", queue="q")
+    async def render() -> None:
+        time.sleep(1.0)  # blocks the loop
+
+    caplog.set_level(logging.WARNING, logger="sluicegate.worker")
+    job = render.enqueue()
+    drain([async_pool(1)])
+    warnings = [
+        r.getMessage() for r in caplog.records if "blocked the event loop" in r.getMessage()
+    ]
+    assert warnings and "'reports.render'" in warnings[0], caplog.text
+    assert app.get_job(job.id).state is JobState.SUCCEEDED
+
+
 def test_loop_blocking_task_is_named_and_cannot_stop_heartbeats(
     app: App, drain: Drain, caplog: pytest.LogCaptureFixture
 ) -> None:

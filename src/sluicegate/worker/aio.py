@@ -36,7 +36,6 @@ class AsyncExecutor:
             target=self._watch, name=f"sluicegate-{name}-watchdog", daemon=True
         )
         self._last_tick = time.monotonic()
-        self._running: dict[int, str] = {}  # job id -> task name, for the blocked-loop report
         self._stop = threading.Event()
         # Submitted items wait here for the loop: one wake-up of the loop thread per batch
         # the dispatcher hands over, not one per job.
@@ -88,13 +87,8 @@ class AsyncExecutor:
 
     async def _run(self, item: WorkItem) -> None:
         assert self._on_start is not None and self._on_done is not None and item.arun is not None
-        job = item.claimed.job
-        self._running[job.id] = job.task
         self._on_start(item)
-        try:
-            report: Report = await item.arun()
-        finally:
-            self._running.pop(job.id, None)
+        report: Report = await item.arun()
         self._on_done(item, report)
 
     def _watch(self) -> None:
@@ -115,15 +109,19 @@ class AsyncExecutor:
                 )  # fmt: skip
 
     def _blocking_task(self) -> str | None:
-        """The running task whose code is on the loop thread's stack, if any."""
+        """The task of the job whose coroutine is on the loop thread's stack, if any: the
+        innermost ``_run`` frame holds its work item (whatever the task function is named)."""
         frame = sys._current_frames().get(self._thread.ident or -1)
-        names = set(self._running.values())
         while frame is not None:
-            if frame.f_code.co_name in names:
-                return frame.f_code.co_name
+            if frame.f_code is _RUN_CODE:
+                item = frame.f_locals.get("item")
+                return item.claimed.job.task if isinstance(item, WorkItem) else None
             frame = frame.f_back
         return None
 
     def stop(self) -> None:
         self._stop.set()
         self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+_RUN_CODE = AsyncExecutor._run.__code__  # the frame that runs one job's coroutine
