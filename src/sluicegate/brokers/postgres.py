@@ -433,16 +433,16 @@ class PostgresBroker(Broker):
 
     # ---- producer side ----------------------------------------------------------------------
     def enqueue(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
-        if connection is not None:
-            if not isinstance(connection, psycopg.Connection):
-                raise ConfigError(
-                    "enqueue(connection=...) takes a psycopg 3 Connection with an open "
-                    f"transaction, not {type(connection).__name__}"
-                )
-            # The caller's transaction: no commit here; NOTIFY goes out when it commits.
-            return self._insert(connection, specs) if specs else []
+        if connection is not None and not isinstance(connection, psycopg.Connection):
+            raise ConfigError(
+                "enqueue(connection=...) takes a psycopg 3 Connection with an open "
+                f"transaction, not {type(connection).__name__}"
+            )
         if not specs:
             return []
+        if connection is not None:
+            # The caller's transaction: no commit here; NOTIFY goes out when it commits.
+            return self._insert(connection, specs)
         if len(specs) == 1 and specs[0].unique_key is None:
             # One statement, its own transaction: row and wake-up commit in one round trip.
             with self._single() as conn:

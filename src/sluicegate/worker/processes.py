@@ -130,7 +130,6 @@ class ProcessExecutor:
         self.max_jobs_per_child = max_jobs_per_child
         self.max_memory_mb = max_memory_mb
         self.result_limit = result_limit
-        self.replaced = 0
         self._children: list[Child] = []
         self._waiting: collections.deque[WorkItem] = collections.deque()
         self._lock = threading.RLock()
@@ -304,7 +303,6 @@ class ProcessExecutor:
         fresh = self._spawn()
         with self._lock:
             self._children.append(fresh)
-            self.replaced += 1
             self._assign()
 
     def _finish(self, item: WorkItem, report: Report) -> None:
