@@ -275,18 +275,17 @@ class ProcessExecutor:
             timeout = child.item.timeout if child.item else 0
             child.process.kill()
             child.process.join(timeout=2)
-            self._replace(child, f"timed out after {timeout:g} s")
+            self._replace(child, f"timed out after {timeout:g} s", "TimeoutError")
 
-    def _replace(self, child: Child, reason: str | None) -> None:
-        """Fail the child's job (if any) with ``reason``, then start a fresh child."""
+    def _replace(self, child: Child, reason: str, kind: str = "ChildProcessError") -> None:
+        """Fail the child's job (if any) with ``kind``: ``reason``, then start a fresh child."""
         with self._lock:
             if child not in self._children:
                 return
             self._children.remove(child)
         item = child.item
-        if item is not None and reason is not None:
+        if item is not None:
             job = item.claimed.job
-            kind = "TimeoutError" if reason.startswith("timed out") else "ChildProcessError"
             retry_in = decide(item.policy or RetryPolicy(), job.attempts, job.max_attempts, None)
             self._finish(item, Failed(item.claimed.claim, plain_error(kind, reason), retry_in))
             log.warning("pool %s: job %s (%s) failed: %s", self.name, job.id, job.task, reason)
