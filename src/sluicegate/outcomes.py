@@ -1,25 +1,43 @@
-"""Outcomes of an attempt, as values. The worker decides; the broker records."""
+"""Outcomes of an attempt, as values that say which lifecycle event they are.
+
+The worker (through the pure retry module) decides; the broker records. Neither
+infers the event from a field: each outcome carries its ``event`` (ack, retry, bury).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from .job import Claim, ErrorInfo
+from .job import Claim, ErrorInfo, Event
 
 
 @dataclass(frozen=True, slots=True)
 class Succeeded:
+    """The task returned; its encoded result is acknowledged with the claim."""
+
     claim: Claim
     result_json: str
+    event: ClassVar[Event] = Event.ACK
 
 
 @dataclass(frozen=True, slots=True)
-class Failed:
-    """A failed attempt. ``retry_in`` seconds until the next try, or None: the job is dead."""
+class Retried:
+    """A failed attempt with attempts left: back to scheduled in ``retry_in`` seconds."""
 
     claim: Claim
     error: ErrorInfo
-    retry_in: float | None
+    retry_in: float
+    event: ClassVar[Event] = Event.RETRY
+
+
+@dataclass(frozen=True, slots=True)
+class Buried:
+    """A failed attempt that ends the job: ``dead``, keeping its error."""
+
+    claim: Claim
+    error: ErrorInfo
+    event: ClassVar[Event] = Event.BURY
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,5 +49,6 @@ class Settled:
     lease_lost: bool = False
 
 
-Outcome = Succeeded | Failed
-Report = Succeeded | Failed | Settled  # what an executor hands back to the worker
+Failed = Retried | Buried
+Outcome = Succeeded | Retried | Buried
+Report = Succeeded | Retried | Buried | Settled  # what an executor hands back to the worker

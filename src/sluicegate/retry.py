@@ -7,7 +7,8 @@ import traceback as tb
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .job import ErrorInfo
+from .job import Claim, ErrorInfo
+from .outcomes import Buried, Failed, Retried
 
 MAX_MESSAGE = 2_000
 MAX_TRACEBACK = 8_000
@@ -54,6 +55,26 @@ def decide(
     if exc is not None and policy.retry_on and not isinstance(exc, policy.retry_on):
         return None
     return backoff(policy, attempts, rand)
+
+
+def failure(
+    policy: RetryPolicy,
+    claim: Claim,
+    attempts: int,
+    max_attempts: int,
+    error: ErrorInfo,
+    exc: BaseException | None = None,
+    rand: Callable[[], float] = random.random,
+) -> Failed:
+    """The outcome of a failed attempt: ``Retried`` with its backoff, or ``Buried``.
+
+    The one place a failure becomes a retry or a dead job; brokers and the worker
+    read the outcome's event and never decide again.
+    """
+    retry_in = decide(policy, attempts, max_attempts, exc, rand)
+    if retry_in is None:
+        return Buried(claim, error)
+    return Retried(claim, error, retry_in)
 
 
 def _truncate(text: str, limit: int) -> str:

@@ -22,7 +22,7 @@ from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.codec import dumps, encode_payload
 from sluicegate.errors import InvalidTransition, JobNotFound, LeaseLost, SluicegateError
 from sluicegate.job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState
-from sluicegate.outcomes import Failed, Succeeded
+from sluicegate.outcomes import Buried, Retried, Succeeded
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -360,8 +360,8 @@ class TestRecord:
         clock.advance(1)
         finish = {
             "ack": Succeeded(claim, "null"),
-            "fail_retry": Failed(claim, BOOM, 9.0),
-            "fail_dead": Failed(claim, BOOM, None),
+            "fail_retry": Retried(claim, BOOM, 9.0),
+            "fail_dead": Buried(claim, BOOM),
         }[outcome]
         assert broker.record([claim], [finish]) == []
         done = get(broker, job.id)
@@ -399,7 +399,7 @@ class TestRecord:
         job = put(broker)
         claim = take(broker).claim
         clock.advance(1)
-        assert broker.record([], [Failed(claim, BOOM, None)]) == []
+        assert broker.record([], [Buried(claim, BOOM)]) == []
         dead = get(broker, job.id)
         assert dead.state is S.DEAD and dead.started_at == dead.finished_at == clock.now
 
@@ -411,8 +411,8 @@ class TestRecord:
             [*claims[:2], stale],
             [
                 Succeeded(claims[1], "1"),
-                Failed(claims[2], BOOM, 1.0),
-                Failed(claims[3], BOOM, None),
+                Retried(claims[2], BOOM, 1.0),
+                Buried(claims[3], BOOM),
             ],
         )
         assert lost == [stale]
@@ -1013,9 +1013,9 @@ def _apply_claim_op(broker: Broker, op: str, claim: Claim) -> list[Claim]:
     if op == "ack":
         return broker.record([], [Succeeded(claim, "[1]")])
     if op == "fail_retry":
-        return broker.record([claim], [Failed(claim, BOOM, 3.0)])
+        return broker.record([claim], [Retried(claim, BOOM, 3.0)])
     if op == "fail_dead":
-        return broker.record([], [Failed(claim, BOOM, None)])
+        return broker.record([], [Buried(claim, BOOM)])
     if op == "heartbeat":
         return broker.heartbeat([claim], 10.0)
     return broker.release([claim])

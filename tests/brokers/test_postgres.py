@@ -21,7 +21,7 @@ from sluicegate.brokers.base import Retention
 from sluicegate.codec import encode_payload
 from sluicegate.errors import BrokerUnavailable, ConfigError, LeaseLost
 from sluicegate.job import Claim, JobSpec, JobState
-from sluicegate.outcomes import Failed, Succeeded
+from sluicegate.outcomes import Buried, Retried, Succeeded
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -433,7 +433,7 @@ def _finished(pg: PostgresBroker, count: int, how: str = "ack") -> list[int]:
     else:
         from sluicegate.job import ErrorInfo
 
-        outcomes = [Failed(c, ErrorInfo("E", "boom"), None) for c in claims]
+        outcomes = [Buried(c, ErrorInfo("E", "boom")) for c in claims]
     assert pg.record([], outcomes) == []
     return [j.id for j in jobs]
 
@@ -513,8 +513,8 @@ class TestUnknownFate:
         error = ErrorInfo("E", "boom")
         report = {
             "ack": Succeeded(claim, '"ok"'),
-            "fail_retry": Failed(claim, error, 5.0),
-            "fail_dead": Failed(claim, error, None),
+            "fail_retry": Retried(claim, error, 5.0),
+            "fail_dead": Buried(claim, error),
         }[outcome]
         _break_next_commit(pg, landed)
         with pytest.raises(BrokerUnavailable):

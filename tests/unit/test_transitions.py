@@ -24,6 +24,7 @@ from sluicegate.job import (
     TERMINAL,
     TRANSITIONS,
     UNFINISHED,
+    Claim,
     ErrorInfo,
     Event,
     Job,
@@ -35,6 +36,7 @@ from sluicegate.job import (
     sources,
 )
 from sluicegate.names import NAME_RULE, check_name
+from sluicegate.outcomes import Buried, Retried, Succeeded
 from sluicegate.retry import (
     MAX_MESSAGE,
     MAX_TRACEBACK,
@@ -42,6 +44,7 @@ from sluicegate.retry import (
     backoff,
     decide,
     error_info,
+    failure,
     plain_error,
 )
 
@@ -329,6 +332,30 @@ def test_decide_honours_retry_on() -> None:
     assert decide(policy, 1, 5, KeyError()) == 1.0
     assert decide(policy, 1, 5, None) == 1.0  # timeouts and lost children always retry
     assert decide(policy, 5, 5, Retryable()) is None
+
+
+@given(attempts=st.integers(min_value=1, max_value=50), max_attempts=st.integers(1, 50))
+def test_failure_outcome_carries_its_event(attempts: int, max_attempts: int) -> None:
+    """A failure is decided once, into a value that names its event: brokers and the
+    worker read ``event``, never infer it from a field."""
+    claim = Claim(JobId(7), 11)
+    error = ErrorInfo("E", "boom")
+    outcome = failure(RetryPolicy(jitter=0.0), claim, attempts, max_attempts, error)
+    if attempts >= max_attempts:
+        assert outcome == Buried(claim, error)
+        assert outcome.event is Event.BURY
+    else:
+        assert isinstance(outcome, Retried)
+        assert outcome.event is Event.RETRY
+        assert outcome.retry_in == decide(RetryPolicy(jitter=0.0), attempts, max_attempts, None)
+    assert apply(JobState.RUNNING, outcome.event) in (JobState.DEAD, JobState.SCHEDULED)
+
+
+def test_an_exception_outside_retry_on_is_buried() -> None:
+    policy = RetryPolicy(retry_on=(KeyError,))
+    outcome = failure(policy, Claim(JobId(1), 1), 1, 5, ErrorInfo("V", ""), ValueError())
+    assert outcome.event is Event.BURY
+    assert Succeeded(Claim(JobId(1), 1), "null").event is Event.ACK
 
 
 def test_error_info_of_an_exception() -> None:

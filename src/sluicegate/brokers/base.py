@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import ConfigError, InvalidTransition, JobNotFound, LeaseLost
 from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState
-from ..outcomes import Failed, Outcome, Succeeded
+from ..outcomes import Buried, Outcome, Retried, Succeeded
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +225,9 @@ class Broker(ABC):
             raise LeaseLost(claim.job_id, claim.token)
 
     def fail(self, claim: Claim, error: ErrorInfo, retry_in: float | None) -> None:
-        if self.record((), [Failed(claim, error, retry_in)]):
+        """Fail one attempt: retried in ``retry_in`` seconds, or dead when it is None."""
+        outcome = Buried(claim, error) if retry_in is None else Retried(claim, error, retry_in)
+        if self.record((), [outcome]):
             raise LeaseLost(claim.job_id, claim.token)
 
     def start(self, claim: Claim) -> None:

@@ -27,7 +27,7 @@ from ..job import (
     can_apply,
     initial_state,
 )
-from ..outcomes import Outcome, Succeeded
+from ..outcomes import Buried, Outcome, Succeeded
 from .base import Broker, QueueStats, Recovery, Stats, refusal, unique_key_taken, worker_lost_error
 from .wakeups import Subscribers
 
@@ -153,10 +153,7 @@ class MemoryBroker(Broker):
                 else:
                     self._set(job, Event.START, started_at=now)
             for outcome in outcomes:
-                event = (
-                    Event.ACK if isinstance(outcome, Succeeded)
-                    else Event.BURY if outcome.retry_in is None else Event.RETRY
-                )  # fmt: skip
+                event = outcome.event
                 job = self._holds(outcome.claim, event)
                 if job is None:
                     lost.append(outcome.claim)
@@ -165,7 +162,7 @@ class MemoryBroker(Broker):
                 if isinstance(outcome, Succeeded):
                     self._set(job, event, result=loads(outcome.result_json), finished_at=now,
                               started_at=started_at, lease_expires_at=None)  # fmt: skip
-                elif outcome.retry_in is None:
+                elif isinstance(outcome, Buried):
                     self._set(job, event, last_error=outcome.error, finished_at=now,
                               started_at=started_at, lease_expires_at=None)  # fmt: skip
                 else:

@@ -28,7 +28,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from ..codec import dumps, loads
 from ..errors import BrokerUnavailable, ConfigError, JobNotFound, LeaseLost
 from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState, in_claim_order
-from ..outcomes import Failed, Outcome, Succeeded
+from ..outcomes import Buried, Outcome, Retried, Succeeded
 from .base import Broker, QueueStats, Recovery, Stats, refusal, unique_key_taken
 from .sqlfiles import load_migrations, load_queries
 from .wakeups import Subscribers
@@ -571,7 +571,7 @@ class PostgresBroker(Broker):
             # Perhaps at COMMIT: whether it was written stays unknown until the caller retries.
             self._remember(written)
             raise
-        if any(isinstance(o, Failed) and o.retry_in is not None for o in outcomes):
+        if any(isinstance(o, Retried) for o in outcomes):
             self._subscribers.notify_local()  # retries due later: look again then
         # Any other claim that ended (ack, fail, release, recovery, cancel) is lost for every
         # later call, its own token included: fencing, as on every broker.
@@ -582,8 +582,8 @@ class PostgresBroker(Broker):
         """The batched writes of ``record``, one statement per kind; returns the claims matched."""
         q, now = self._queries, self._now()
         acks = [o for o in outcomes if isinstance(o, Succeeded)]
-        dead = [o for o in outcomes if isinstance(o, Failed) and o.retry_in is None]
-        retries = [o for o in outcomes if isinstance(o, Failed) and o.retry_in is not None]
+        dead = [o for o in outcomes if isinstance(o, Buried)]
+        retries = [o for o in outcomes if isinstance(o, Retried)]
         done: set[Claim] = set()
         params: dict[str, Any]
         if starts:

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 from ..codec import dumps, loads
 from ..errors import BrokerUnavailable, ConfigError
 from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState, in_claim_order
-from ..outcomes import Failed, Outcome, Succeeded
+from ..outcomes import Buried, Failed, Outcome, Retried, Succeeded
 from .base import Broker, QueueStats, Recovery, Stats, refusal, unique_key_taken
 from .doorbell import Bell, open_doorbell
 from .sqlfiles import load_migrations, load_queries
@@ -341,8 +341,8 @@ class SQLiteBroker(Broker):
         finishing = {o.claim for o in outcomes}
         starts = [c for c in started if c not in finishing]  # ack/fail below set started_at
         acks = [o for o in outcomes if isinstance(o, Succeeded)]
-        dead = [o for o in outcomes if isinstance(o, Failed) and o.retry_in is None]
-        retries = [o for o in outcomes if isinstance(o, Failed) and o.retry_in is not None]
+        dead = [o for o in outcomes if isinstance(o, Buried)]
+        retries = [o for o in outcomes if isinstance(o, Retried)]
         batches: list[tuple[str, list[list[Any]]]] = [
             ("start", [[c.job_id, c.token] for c in starts]),
             ("ack", [[o.claim.job_id, o.claim.token, o.result_json] for o in acks]),
@@ -359,7 +359,7 @@ class SQLiteBroker(Broker):
         return [c for c in [*starts, *(o.claim for o in outcomes)] if c not in matched]
 
     def _after_record(self, outcomes: Sequence[Outcome]) -> None:
-        if any(isinstance(o, Failed) and o.retry_in is not None for o in outcomes):
+        if any(isinstance(o, Retried) for o in outcomes):
             self._announce()
 
     def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:

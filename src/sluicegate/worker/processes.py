@@ -27,8 +27,8 @@ from typing import Any
 
 from ..codec import DEFAULT_PAYLOAD_LIMIT, dumps, loads
 from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobState
-from ..outcomes import Failed, Outcome, Report, Succeeded
-from ..retry import RetryPolicy, decide, plain_error
+from ..outcomes import Buried, Outcome, Report, Retried, Succeeded
+from ..retry import RetryPolicy, failure, plain_error
 from .executors import DoneCallback, StartCallback, WorkItem
 
 log = logging.getLogger("sluicegate.worker")
@@ -92,7 +92,8 @@ def child_main(
         if isinstance(outcome, Succeeded):
             reply: dict[str, Any] = {"ok": True, "result": outcome.result_json}
         else:
-            reply = {"ok": False, "error": outcome.error.to_dict(), "retry_in": outcome.retry_in}
+            retry_in = outcome.retry_in if isinstance(outcome, Retried) else None
+            reply = {"ok": False, "error": outcome.error.to_dict(), "retry_in": retry_in}
         reply["rss"] = _rss_bytes()
         conn.send_bytes(dumps(reply).encode())
 
@@ -265,7 +266,10 @@ class ProcessExecutor:
         claim = item.claimed.claim
         if reply["ok"]:
             return Succeeded(claim, reply["result"])
-        return Failed(claim, ErrorInfo.from_dict(reply["error"]), reply["retry_in"])
+        error = ErrorInfo.from_dict(reply["error"])
+        if reply["retry_in"] is None:  # the child's retry module decided: dead
+            return Buried(claim, error)
+        return Retried(claim, error, reply["retry_in"])
 
     def _enforce_deadlines(self) -> None:
         now = time.monotonic()
@@ -286,8 +290,11 @@ class ProcessExecutor:
         item = child.item
         if item is not None:
             job = item.claimed.job
-            retry_in = decide(item.policy or RetryPolicy(), job.attempts, job.max_attempts, None)
-            self._finish(item, Failed(item.claimed.claim, plain_error(kind, reason), retry_in))
+            policy = item.policy or RetryPolicy()
+            error = plain_error(kind, reason)
+            self._finish(
+                item, failure(policy, item.claimed.claim, job.attempts, job.max_attempts, error)
+            )
             log.warning("pool %s: job %s (%s) failed: %s", self.name, job.id, job.task, reason)
         if child.process.is_alive():
             self._end(child)

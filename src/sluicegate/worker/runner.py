@@ -13,8 +13,8 @@ from ..codec import encode_result
 from ..context import reset_current, set_current
 from ..errors import LeaseLost
 from ..job import ClaimedJob
-from ..outcomes import Failed, Outcome, Report, Settled, Succeeded
-from ..retry import RetryPolicy, decide, error_info, plain_error
+from ..outcomes import Buried, Failed, Outcome, Report, Settled, Succeeded
+from ..retry import RetryPolicy, error_info, failure, plain_error
 from .executors import WorkItem
 
 if TYPE_CHECKING:
@@ -81,9 +81,7 @@ async def run_job_async(
 def failed(policy: RetryPolicy, claimed: ClaimedJob, exc: BaseException) -> Failed:
     """An attempt that raised: retried with backoff, or dead, by the task's policy."""
     job = claimed.job
-    return Failed(
-        claimed.claim, error_info(exc), decide(policy, job.attempts, job.max_attempts, exc)
-    )
+    return failure(policy, claimed.claim, job.attempts, job.max_attempts, error_info(exc), exc)
 
 
 def make_work(
@@ -108,9 +106,9 @@ def make_work(
 def timed_out(policy: RetryPolicy, claimed: ClaimedJob, seconds: float) -> Failed:
     job = claimed.job
     error = plain_error("TimeoutError", f"timed out after {seconds:g} s")
-    return Failed(claimed.claim, error, decide(policy, job.attempts, job.max_attempts, None))
+    return failure(policy, claimed.claim, job.attempts, job.max_attempts, error)
 
 
-def refused(claimed: ClaimedJob, kind: str, message: str) -> Failed:
+def refused(claimed: ClaimedJob, kind: str, message: str) -> Buried:
     """A job that cannot run at all (unknown task, corrupt row): dead at once."""
-    return Failed(claimed.claim, plain_error(kind, message), None)
+    return Buried(claimed.claim, plain_error(kind, message))

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 from ..brokers import Broker, Retention
 from ..codec import DEFAULT_PAYLOAD_LIMIT
 from ..errors import ConfigError
-from ..job import Claim, ClaimedJob
+from ..job import Claim, ClaimedJob, Event
 from ..loading import app_path
-from ..outcomes import Failed, Outcome, Report, Settled, Succeeded
+from ..outcomes import Buried, Outcome, Report, Settled
 from .executors import Executor, WorkItem, make_executor
 from .leases import LeaseKeeper
 from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools, weighted_shares
@@ -310,9 +310,9 @@ class Worker:
         for outcome in outcomes:
             if outcome.claim in lost_set:
                 continue
-            if isinstance(outcome, Succeeded):
+            if outcome.event is Event.ACK:
                 self.counters.succeeded += 1
-            elif isinstance(outcome, Failed) and outcome.retry_in is None:
+            elif isinstance(outcome, Buried):
                 self.counters.dead += 1
                 log.warning("job %s is dead: %s", outcome.claim.job_id, outcome.error)
             else:
