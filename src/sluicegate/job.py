@@ -6,6 +6,7 @@ This module does no I/O. Brokers ask it which states an event may start from
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NewType
@@ -170,11 +171,19 @@ class Job:
         }
 
 
-_JOB_DEFAULTS: dict[str, Any] = {
-    "args": [], "kwargs": {}, "priority": 0, "attempts": 0, "max_attempts": 3, "run_at": 0.0,
-    "enqueued_at": 0.0, "started_at": None, "finished_at": None, "result": None,
-    "last_error": None, "unique_key": None, "worker_id": None, "lease_expires_at": None,
-}  # fmt: skip
+def _defaults(cls: type) -> dict[str, Any]:
+    """Each field's default, read from the dataclass so it is written once (a factory's
+    value too; from_fields replaces mutable ones with fresh objects per job)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+_JOB_DEFAULTS = _defaults(Job)
 
 
 @dataclass(frozen=True, slots=True)

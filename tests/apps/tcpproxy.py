@@ -55,8 +55,10 @@ class _Link:
         self.swallow_reply = False  # the COMMIT went through; drop its reply and reset
 
     def start(self) -> None:
-        for src, dst, upward in ((self.client, self.upstream, True),
-                                 (self.upstream, self.client, False)):  # fmt: skip
+        for src, dst, upward in (
+            (self.client, self.upstream, True),
+            (self.upstream, self.client, False),
+        ):
             threading.Thread(
                 target=self._pump, args=(src, dst, upward), daemon=True, name="tcpproxy-pump"
             ).start()

@@ -44,9 +44,11 @@ def test_four_workers_run_20000_jobs_exactly_once(db_url: str, fleet: Fleet, pro
         fleet.start([f"pg={QUEUE}:{SLOTS}"], lease=10, app="pgchaosapp:app") for _ in range(WORKERS)
     ]
     wait_for(
-        lambda: counts(producer.broker, QUEUE)["succeeded"] == JOBS, timeout=90, interval=0.2,
+        lambda: counts(producer.broker, QUEUE)["succeeded"] == JOBS,
+        timeout=90,
+        interval=0.2,
         what=lambda: f"{counts(producer.broker, QUEUE)}\n{fleet.logs()[-4000:]}",
-    )  # fmt: skip
+    )
     drained = time.monotonic()
     for worker in workers:
         assert worker.alive(), worker.log()

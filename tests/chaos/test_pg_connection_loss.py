@@ -166,15 +166,21 @@ class Outage:
 
 
 def check_all_done(
-    producer: App, db_url: str, table: str, jobs: list[Job], workers: list[WorkerProcess],
+    producer: App,
+    db_url: str,
+    table: str,
+    jobs: list[Job],
+    workers: list[WorkerProcess],
     fleet: Fleet,
-) -> dict[int, list[tuple[int, int]]]:  # fmt: skip
+) -> dict[int, list[tuple[int, int]]]:
     """Every job succeeded, none lost or dead, each with the side effect of its acked run;
     the workers are alive, and exit 0 on SIGTERM."""
     wait_for(
-        lambda: counts(producer.broker, QUEUE)["succeeded"] == len(jobs), timeout=60,
-        interval=0.05, what=lambda: f"all jobs succeeded: {counts(producer.broker, QUEUE)}\n{fleet.logs()}",
-    )  # fmt: skip
+        lambda: counts(producer.broker, QUEUE)["succeeded"] == len(jobs),
+        timeout=60,
+        interval=0.05,
+        what=lambda: f"all jobs succeeded: {counts(producer.broker, QUEUE)}\n{fleet.logs()}",
+    )
     for worker in workers:
         assert worker.alive(), worker.log()
     c = counts(producer.broker, QUEUE)
@@ -352,9 +358,16 @@ START_MARKER = b"SET state = 'running'"  # only the start statement's text has i
     ],
 )
 def test_a_write_of_unknown_fate_is_not_counted_until_settled(
-    write: str, kind: str, fate: str, db_url: str, proxy: TcpProxy, proxied_url: str,
-    producer: App, effects: str, caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+    write: str,
+    kind: str,
+    fate: str,
+    db_url: str,
+    proxy: TcpProxy,
+    proxied_url: str,
+    producer: App,
+    effects: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The server goes away right at the COMMIT of a job's ack (or of its start), before
     or after committing it. While the server cannot be asked again the worker has not
     counted the job as done, whatever the server did; once it can, the job is settled

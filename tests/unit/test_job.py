@@ -16,11 +16,25 @@ def test_defaults_match_the_dataclass() -> None:
 
 def test_from_fields_equals_init() -> None:
     fields = dict(
-        id=JobId(7), task="t", queue="q", state=JobState.DEAD, args=[1, "a"], kwargs={"k": 2},
-        priority=-1, attempts=3, max_attempts=3, run_at=1.5, enqueued_at=1.0, started_at=1.2,
-        finished_at=1.4, result={"ok": True}, last_error=ErrorInfo("E", "m", "tb"),
-        unique_key="u", worker_id="w", lease_expires_at=None,
-    )  # fmt: skip
+        id=JobId(7),
+        task="t",
+        queue="q",
+        state=JobState.DEAD,
+        args=[1, "a"],
+        kwargs={"k": 2},
+        priority=-1,
+        attempts=3,
+        max_attempts=3,
+        run_at=1.5,
+        enqueued_at=1.0,
+        started_at=1.2,
+        finished_at=1.4,
+        result={"ok": True},
+        last_error=ErrorInfo("E", "m", "tb"),
+        unique_key="u",
+        worker_id="w",
+        lease_expires_at=None,
+    )
     assert Job.from_fields(**fields) == Job(**fields)  # type: ignore[arg-type]
     minimal = Job.from_fields(id=JobId(1), task="t", queue="q", state=JobState.READY)
     assert minimal == Job(id=JobId(1), task="t", queue="q", state=JobState.READY)

@@ -88,8 +88,14 @@ def test_state_sets() -> None:
     assert frozenset({S.CLAIMED, S.RUNNING}) == HELD
     assert frozenset({S.SCHEDULED, S.READY, S.CLAIMED, S.RUNNING}) == UNFINISHED
     assert [s.value for s in STATES] == [
-        "scheduled", "ready", "claimed", "running", "succeeded", "dead", "cancelled",
-    ]  # fmt: skip
+        "scheduled",
+        "ready",
+        "claimed",
+        "running",
+        "succeeded",
+        "dead",
+        "cancelled",
+    ]
 
 
 def test_table_is_the_designed_lifecycle() -> None:
@@ -228,12 +234,13 @@ def test_error_info_str_and_partial_dict() -> None:
 
 
 def test_job_to_dict_and_finished() -> None:
-    job = Job(id=JobId(3), task="t", queue="q", state=S.DEAD,
-              last_error=ErrorInfo("E", "m"))  # fmt: skip
+    job = Job(id=JobId(3), task="t", queue="q", state=S.DEAD, last_error=ErrorInfo("E", "m"))
     data = job.to_dict()
     assert data["state"] == "dead" and data["last_error"] == {
-        "type": "E", "message": "m", "traceback": "",
-    }  # fmt: skip
+        "type": "E",
+        "message": "m",
+        "traceback": "",
+    }
     assert json.loads(json.dumps(data)) == data
     assert set(data) == set(Job.__dataclass_fields__)
     for state in STATES:
@@ -392,11 +399,14 @@ def test_encode_payload_is_compact_json() -> None:
 
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text()
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text()
     | st.floats(allow_nan=False, allow_infinity=False),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
     max_leaves=20,
-)  # fmt: skip
+)
 
 
 @given(args=st.lists(JSON_VALUES, max_size=5), kwargs=st.dictionaries(st.text(), JSON_VALUES))

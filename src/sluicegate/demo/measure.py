@@ -75,7 +75,12 @@ def class_stats(classes: Mapping[int, str], jobs: Mapping[int, Job]) -> dict[str
         waits = [max(0.0, j.result["started"] - j.enqueued_at) * 1000 for j in done]
         pids = {j.result["pid"] for j in done} - {here}
         out[job_class] = ClassStats(
-            job_class, len(done), percentile(waits, 50), percentile(waits, 95), max(waits),
-            max(j.result["finished"] for j in done) - first, len(pids),
-        )  # fmt: skip
+            job_class,
+            len(done),
+            percentile(waits, 50),
+            percentile(waits, 95),
+            max(waits),
+            max(j.result["finished"] for j in done) - first,
+            len(pids),
+        )
     return out

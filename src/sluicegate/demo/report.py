@@ -70,9 +70,12 @@ def report(shared: RunResult, separate: RunResult) -> Table:
         caption=f"shared: {budget_text(shared.pools)}\n"
         f"separate: {budget_text(separate.pools)} ({n} core{'s' if n != 1 else ''} here)\n"
         "wait = enqueued -> started; done after = run start -> class's last job done",
-        caption_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
         collapse_padding=True,
-    )  # fmt: skip
+    )
     table.add_column("job class", no_wrap=True)
     table.add_column("jobs", justify="right")
     for figure in ("p50 wait", "p95 wait", "done after"):
@@ -83,8 +86,13 @@ def report(shared: RunResult, separate: RunResult) -> Table:
         if s is None or p is None:
             continue
         table.add_row(
-            job_class, str(s.jobs), _ms(s.p50_wait_ms), _ms(p.p50_wait_ms),
-            _ms(s.p95_wait_ms), _ms(p.p95_wait_ms), f"{s.completion_s:.1f} s",
+            job_class,
+            str(s.jobs),
+            _ms(s.p50_wait_ms),
+            _ms(p.p50_wait_ms),
+            _ms(s.p95_wait_ms),
+            _ms(p.p95_wait_ms),
+            f"{s.completion_s:.1f} s",
             f"{p.completion_s:.1f} s",
-        )  # fmt: skip
+        )
     return table

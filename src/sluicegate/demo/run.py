@@ -72,11 +72,16 @@ class _Seconds(ProgressColumn):
 
 def _progress(console: Console) -> Progress:
     return Progress(
-        TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("done  [dim]running[/] {task.fields[running]:>2}  "
-                   "[dim]waiting[/] {task.fields[waiting]:>2}"),
-        _Seconds(), console=console,
-    )  # fmt: skip
+        TextColumn("{task.description:>10}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(
+            "done  [dim]running[/] {task.fields[running]:>2}  "
+            "[dim]waiting[/] {task.fields[waiting]:>2}"
+        ),
+        _Seconds(),
+        console=console,
+    )
 
 
 def _counts(app: App) -> dict[str, dict[JobState, int]]:

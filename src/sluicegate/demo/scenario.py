@@ -51,13 +51,17 @@ class Layout:
 
 
 SHARED = Layout(
-    "one shared pool", tasks.shared_app, SHARED_POOLS,
+    "one shared pool",
+    tasks.shared_app,
+    SHARED_POOLS,
     {"transcode": "transcode_video", "email": "send_email_sync", "index": "update_search_index"},
-)  # fmt: skip
+)
 SEPARATE = Layout(
-    "separate pools", tasks.app, SEPARATE_POOLS,
+    "separate pools",
+    tasks.app,
+    SEPARATE_POOLS,
     {"transcode": "transcode_video", "email": "send_email", "index": "update_search_index"},
-)  # fmt: skip
+)
 
 
 def build_schedule(quick: bool = False, seed: int = DEFAULT_SEED) -> list[Arrival]:
