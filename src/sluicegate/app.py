@@ -94,18 +94,36 @@ class App:
 
     @overload
     def task(
-        self, fn: None = None, /, *, name: str | None = None, queue: str = "default",
-        max_attempts: int = 3, timeout: float | None = None, priority: int = 0,
-        retry_on: Sequence[type[BaseException]] = (), backoff_base: float = 1.0,
-        backoff_max: float = 3600.0, transactional: bool = False,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...  # fmt: skip
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int = 3,
+        timeout: float | None = None,
+        priority: int = 0,
+        retry_on: Sequence[type[BaseException]] = (),
+        backoff_base: float = 1.0,
+        backoff_max: float = 3600.0,
+        transactional: bool = False,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
-        self, fn: Callable[P, R] | None = None, /, *, name: str | None = None,
-        queue: str = "default", max_attempts: int = 3, timeout: float | None = None,
-        priority: int = 0, retry_on: Sequence[type[BaseException]] = (),
-        backoff_base: float = 1.0, backoff_max: float = 3600.0, transactional: bool = False,
-    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:  # fmt: skip
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int = 3,
+        timeout: float | None = None,
+        priority: int = 0,
+        retry_on: Sequence[type[BaseException]] = (),
+        backoff_base: float = 1.0,
+        backoff_max: float = 3600.0,
+        transactional: bool = False,
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a task: ``@app.task`` or ``@app.task(queue="email", max_attempts=5)``.
 
         ``transactional=True`` (postgresql broker): the task is called with a
@@ -113,11 +131,18 @@ class App:
         its writes and the job's ack commit together, and a raise rolls both back.
         """
         options = TaskOptions(
-            queue=queue, max_attempts=max_attempts, timeout=timeout, priority=priority,
-            retry=RetryPolicy(max_attempts=max_attempts, backoff_base=backoff_base,
-                              backoff_max=backoff_max, retry_on=tuple(retry_on)),
+            queue=queue,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            priority=priority,
+            retry=RetryPolicy(
+                max_attempts=max_attempts,
+                backoff_base=backoff_base,
+                backoff_max=backoff_max,
+                retry_on=tuple(retry_on),
+            ),
             transactional=transactional,
-        )  # fmt: skip
+        )
 
         def register(f: Callable[P, R]) -> Task[P, R]:
             task_name = name or f.__name__
@@ -131,11 +156,18 @@ class App:
 
     # ---- producing ----------------------------------------------------------------
     def build_spec(
-        self, name: str, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
-        *, queue: str | None = None, delay: float | dt.timedelta | None = None,
-        run_at: float | dt.datetime | None = None, priority: int | None = None,
-        unique_key: str | None = None, max_attempts: int | None = None,
-    ) -> JobSpec:  # fmt: skip
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        delay: float | dt.timedelta | None = None,
+        run_at: float | dt.datetime | None = None,
+        priority: int | None = None,
+        unique_key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> JobSpec:
         """Validate and encode one job; raises before anything is stored."""
         check_name("task", name)
         task = self.tasks.get(name)
@@ -162,20 +194,35 @@ class App:
         )
 
     def enqueue(
-        self, name: str, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
-        *, queue: str | None = None, delay: float | dt.timedelta | None = None,
-        run_at: float | dt.datetime | None = None, priority: int | None = None,
-        unique_key: str | None = None, max_attempts: int | None = None, connection: Any = None,
-    ) -> Job:  # fmt: skip
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        delay: float | dt.timedelta | None = None,
+        run_at: float | dt.datetime | None = None,
+        priority: int | None = None,
+        unique_key: str | None = None,
+        max_attempts: int | None = None,
+        connection: Any = None,
+    ) -> Job:
         """Enqueue a job by task name (the task need not be registered here). Durable on return.
 
         ``connection`` (postgresql broker): a psycopg connection with an open transaction;
         the job is written in it, so it exists only if, and once, the caller commits.
         """
         spec = self.build_spec(
-            name, args, kwargs, queue=queue, delay=delay, run_at=run_at, priority=priority,
-            unique_key=unique_key, max_attempts=max_attempts,
-        )  # fmt: skip
+            name,
+            args,
+            kwargs,
+            queue=queue,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            unique_key=unique_key,
+            max_attempts=max_attempts,
+        )
         return self.broker.enqueue([spec], connection=connection)[0]
 
     def enqueue_many(

@@ -33,11 +33,15 @@ EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
 broker_option = click.option(
-    "--broker", "broker_url", envvar=BROKER_ENV, default=None, metavar="URL",
+    "--broker",
+    "broker_url",
+    envvar=BROKER_ENV,
+    default=None,
+    metavar="URL",
     help="Broker URL: sqlite:///PATH (default sqlite:///sluicegate.db), "
     "postgresql://USER@HOST/DB?schema=NAME, memory://. "
     f"Also read from {BROKER_ENV}.",
-)  # fmt: skip
+)
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:
@@ -105,9 +109,12 @@ def retention_options(fn: F) -> F:
     """--keep-*-days options shared by `worker` and `prune`."""
     for state, days in (("cancelled", 7.0), ("dead", 30.0), ("succeeded", 7.0)):
         fn = click.option(
-            f"--keep-{state}-days", type=click.FloatRange(min=0), default=days, show_default=True,
+            f"--keep-{state}-days",
+            type=click.FloatRange(min=0),
+            default=days,
+            show_default=True,
             help=f"Delete {state} jobs this many days after they finished.",
-        )(fn)  # fmt: skip
+        )(fn)
     return fn
 
 
@@ -118,31 +125,59 @@ def make_retention(succeeded: float, dead: float, cancelled: float) -> Retention
 @main.command()
 @click.argument("app_target", metavar="MODULE:APP")
 @click.option(
-    "--pool", "pool_specs", multiple=True, metavar="SPEC",
+    "--pool",
+    "pool_specs",
+    multiple=True,
+    metavar="SPEC",
     help=f"A pool as {SPEC_FORMAT} (repeatable), e.g. email=email:3. "
     "Default: one pool 'default' of 10 thread slots over queue 'default'.",
-)  # fmt: skip
-@click.option("--lease", type=float, default=None,
-              help="Seconds a claim stays valid without a heartbeat (heartbeats every lease/3); "
-              "also how fast a dead worker's jobs come back. [default: 30]")  # fmt: skip
-@click.option("--shutdown-timeout", type=float, default=None,
-              help="On SIGTERM/SIGINT, seconds to let running jobs finish before releasing "
-              "them. [default: 30]")  # fmt: skip
-@click.option("--config", "config_path", metavar="FILE",
-              help="Settings file (default: ./sluicegate.toml, else [tool.sluicegate] in "
-              "./pyproject.toml). Flags override it.")  # fmt: skip
+)
+@click.option(
+    "--lease",
+    type=float,
+    default=None,
+    help="Seconds a claim stays valid without a heartbeat (heartbeats every lease/3); "
+    "also how fast a dead worker's jobs come back. [default: 30]",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=float,
+    default=None,
+    help="On SIGTERM/SIGINT, seconds to let running jobs finish before releasing "
+    "them. [default: 30]",
+)
+@click.option(
+    "--config",
+    "config_path",
+    metavar="FILE",
+    help="Settings file (default: ./sluicegate.toml, else [tool.sluicegate] in "
+    "./pyproject.toml). Flags override it.",
+)
 @click.option("--burst", is_flag=True, help="Exit once the pools' queues have no ready work left.")
 @click.option("--no-prune", is_flag=True, help="Never delete finished jobs from this worker.")
 @retention_options
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))  # fmt: skip
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
 @broker_option
 @friendly_errors
 def worker(
-    app_target: str, pool_specs: tuple[str, ...], lease: float | None,
-    shutdown_timeout: float | None, config_path: str | None, burst: bool, no_prune: bool, keep_succeeded_days: float, keep_dead_days: float,
-    keep_cancelled_days: float, log_level: str, broker_url: str | None,
-) -> None:  # fmt: skip
+    app_target: str,
+    pool_specs: tuple[str, ...],
+    lease: float | None,
+    shutdown_timeout: float | None,
+    config_path: str | None,
+    burst: bool,
+    no_prune: bool,
+    keep_succeeded_days: float,
+    keep_dead_days: float,
+    keep_cancelled_days: float,
+    log_level: str,
+    broker_url: str | None,
+) -> None:
     """Run a worker for MODULE:APP with one or more bounded pools.
 
     \b
@@ -166,9 +201,10 @@ def worker(
     if shutdown_timeout < 0:
         raise ConfigError(f"--shutdown-timeout must not be negative, not {shutdown_timeout}")
     logging.basicConfig(
-        level=log_level.upper(), stream=sys.stderr,
+        level=log_level.upper(),
+        stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )  # fmt: skip
+    )
     app = open_app(broker_url or settings.broker, app_target)
     apply_overrides(app, settings)
     retention = (
@@ -202,25 +238,36 @@ def tasks(
     for task in sorted(app.tasks.values(), key=lambda t: t.name):
         served = pools_for(task, pools)
         o = task.options
-        rows.append({
-            "task": task.name, "queue": o.queue,
-            "pools": [p.name for p in served], "models": [p.model for p in served],
-            "kind": "coroutine" if task.is_coroutine else "function",
-            "max_attempts": o.max_attempts, "timeout": o.timeout, "priority": o.priority,
-            "transactional": o.transactional,
-            "problem": next((m for p in served if (m := model_mismatch(task, p.model))), None)
-            or (None if served else "no pool serves this queue"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "task": task.name,
+                "queue": o.queue,
+                "pools": [p.name for p in served],
+                "models": [p.model for p in served],
+                "kind": "coroutine" if task.is_coroutine else "function",
+                "max_attempts": o.max_attempts,
+                "timeout": o.timeout,
+                "priority": o.priority,
+                "transactional": o.transactional,
+                "problem": next((m for p in served if (m := model_mismatch(task, p.model))), None)
+                or (None if served else "no pool serves this queue"),
+            }
+        )
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table("task", "queue", "pool", "model", "attempts", "timeout", "priority", "note")
     for r in rows:
         table.add_row(
-            r["task"], r["queue"], ",".join(r["pools"]) or "-", ",".join(r["models"]) or "-",
-            str(r["max_attempts"]), f"{r['timeout']:g}s" if r["timeout"] else "-",
-            str(r["priority"]), r["problem"] or ("transactional" if r["transactional"] else ""),
-        )  # fmt: skip
+            r["task"],
+            r["queue"],
+            ",".join(r["pools"]) or "-",
+            ",".join(r["models"]) or "-",
+            str(r["max_attempts"]),
+            f"{r['timeout']:g}s" if r["timeout"] else "-",
+            str(r["priority"]),
+            r["problem"] or ("transactional" if r["transactional"] else ""),
+        )
     Console().print(table)
 
 
@@ -239,19 +286,32 @@ def tasks(
 @broker_option
 @friendly_errors
 def enqueue(
-    task: str, args_json: str | None, kwargs_json: str | None, queue: str | None,
-    delay: float | None, priority: int | None, unique_key: str | None,
-    max_attempts: int | None, app_target: str | None, broker_url: str | None,
-) -> None:  # fmt: skip
+    task: str,
+    args_json: str | None,
+    kwargs_json: str | None,
+    queue: str | None,
+    delay: float | None,
+    priority: int | None,
+    unique_key: str | None,
+    max_attempts: int | None,
+    app_target: str | None,
+    broker_url: str | None,
+) -> None:
     """Enqueue a job for TASK and print its id. Durable when the command returns."""
     args = parse_json("--args", args_json, list)
     kwargs = parse_json("--kwargs", kwargs_json, dict)
     app = open_app(broker_url, app_target)
     try:
         job = app.enqueue(
-            task, args, kwargs, queue=queue, delay=delay, priority=priority,
-            unique_key=unique_key, max_attempts=max_attempts,
-        )  # fmt: skip
+            task,
+            args,
+            kwargs,
+            queue=queue,
+            delay=delay,
+            priority=priority,
+            unique_key=unique_key,
+            max_attempts=max_attempts,
+        )
     except SerializationError as exc:
         raise ConfigError(str(exc)) from None
     click.echo(job.id)
@@ -290,8 +350,15 @@ def jobs_list(
     table = Table("id", "task", "queue", "state", "attempts", "age", "last error")
     for job in found:
         error = str(job.last_error) if job.last_error else ""
-        table.add_row(str(job.id), job.task, job.queue, job.state.value,
-                      f"{job.attempts}/{job.max_attempts}", _age(job), error[:60])  # fmt: skip
+        table.add_row(
+            str(job.id),
+            job.task,
+            job.queue,
+            job.state.value,
+            f"{job.attempts}/{job.max_attempts}",
+            _age(job),
+            error[:60],
+        )
     Console().print(table)
 
 
@@ -359,9 +426,11 @@ def stats(as_json: bool, broker_url: str | None) -> None:
 @broker_option
 @friendly_errors
 def prune(
-    keep_succeeded_days: float, keep_dead_days: float, keep_cancelled_days: float,
+    keep_succeeded_days: float,
+    keep_dead_days: float,
+    keep_cancelled_days: float,
     broker_url: str | None,
-) -> None:  # fmt: skip
+) -> None:
     """Delete finished jobs older than their retention, in small batches; prints the count."""
     retention = make_retention(keep_succeeded_days, keep_dead_days, keep_cancelled_days)
     deleted = open_app(broker_url).broker.prune(retention)

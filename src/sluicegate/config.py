@@ -167,10 +167,14 @@ def _pool(path: str, name: str, table: Any) -> PoolSpec:
         )
     try:
         return PoolSpec(
-            check_name("pool", name), tuple(weights), slots, model,
-            max_jobs_per_child=max_jobs or 1000, max_memory_mb=max_memory,
+            check_name("pool", name),
+            tuple(weights),
+            slots,
+            model,
+            max_jobs_per_child=max_jobs or 1000,
+            max_memory_mb=max_memory,
             weights=tuple(weights.values()) if isinstance(raw, dict) else None,
-        )  # fmt: skip
+        )
     except ConfigError as exc:  # PoolSpec's own checks (names, model): add file and key
         raise r.error("", str(exc)) from None
 
@@ -188,9 +192,11 @@ def _task(path: str, name: str, table: Any) -> TaskOverride:
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise r.error("priority", f"must be an integer, not {priority!r}")
     return TaskOverride(
-        queue=queue, max_attempts=r.number("max_attempts", minimum=1, integer=True),
-        timeout=r.number("timeout", minimum=0.001), priority=priority,
-    )  # fmt: skip
+        queue=queue,
+        max_attempts=r.number("max_attempts", minimum=1, integer=True),
+        timeout=r.number("timeout", minimum=0.001),
+        priority=priority,
+    )
 
 
 def apply_overrides(app: App, settings: Settings) -> None:

@@ -112,10 +112,17 @@ class BoundTask(Generic[P, R]):
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         o = self.options
         return self.task.app.enqueue(
-            self.task.name, args=list(args), kwargs=dict(kwargs), queue=o.queue, delay=o.delay,
-            run_at=o.run_at, priority=o.priority, unique_key=o.unique_key,
-            max_attempts=o.max_attempts, connection=o.connection,
-        )  # fmt: skip
+            self.task.name,
+            args=list(args),
+            kwargs=dict(kwargs),
+            queue=o.queue,
+            delay=o.delay,
+            run_at=o.run_at,
+            priority=o.priority,
+            unique_key=o.unique_key,
+            max_attempts=o.max_attempts,
+            connection=o.connection,
+        )
 
     def with_options(self, **options: Any) -> BoundTask[P, R]:
         return BoundTask(self.task, replace(self.options, **options))

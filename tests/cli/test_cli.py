@@ -37,8 +37,12 @@ def run(
     full_env.pop("SLUICEGATE_BROKER", None) if env is None else None
     return subprocess.run(
         [sys.executable, "-m", "sluicegate.cli", *args],
-        cwd=workdir, env=full_env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=workdir,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_enqueue_defaults_to_sqlite_file_in_current_folder(workdir: Path) -> None:
@@ -60,8 +64,20 @@ def test_enqueue_with_app_applies_task_options(workdir: Path) -> None:
 
 
 def test_enqueue_options_and_unique_key(workdir: Path) -> None:
-    args = ["enqueue", "report", "--kwargs", '{"day": "mon"}', "--queue", "reports",
-            "--delay", "60", "--priority", "-1", "--unique-key", "report-mon"]  # fmt: skip
+    args = [
+        "enqueue",
+        "report",
+        "--kwargs",
+        '{"day": "mon"}',
+        "--queue",
+        "reports",
+        "--delay",
+        "60",
+        "--priority",
+        "-1",
+        "--unique-key",
+        "report-mon",
+    ]
     first = run(workdir, *args)
     second = run(workdir, *args)
     assert first.returncode == second.returncode == 0
@@ -87,9 +103,15 @@ def test_stats_json_shape(workdir: Path) -> None:
     data = json.loads(run(workdir, "stats", "--json").stdout)
     assert set(data) == {"queues"}
     assert set(data["queues"]["email"]) == {
-        "scheduled", "ready", "claimed", "running", "succeeded", "dead", "cancelled",
+        "scheduled",
+        "ready",
+        "claimed",
+        "running",
+        "succeeded",
+        "dead",
+        "cancelled",
         "oldest_ready_age_s",
-    }  # fmt: skip
+    }
 
 
 def test_jobs_list_filters_and_json(workdir: Path) -> None:
@@ -170,9 +192,16 @@ def test_payload_over_limit_stores_nothing(workdir: Path) -> None:
 
 
 def test_every_command_has_useful_help(workdir: Path) -> None:
-    for args in (["--help"], ["worker", "--help"], ["enqueue", "--help"], ["jobs", "--help"],
-                 ["jobs", "list", "--help"], ["jobs", "show", "--help"], ["stats", "--help"],
-                 ["demo", "--help"]):  # fmt: skip
+    for args in (
+        ["--help"],
+        ["worker", "--help"],
+        ["enqueue", "--help"],
+        ["jobs", "--help"],
+        ["jobs", "list", "--help"],
+        ["jobs", "show", "--help"],
+        ["stats", "--help"],
+        ["demo", "--help"],
+    ):
         result = run(workdir, *args)
         assert result.returncode == 0
         assert "--broker" in result.stdout or args[0] in ("jobs", "demo")

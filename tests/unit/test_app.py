@@ -90,9 +90,15 @@ def test_invalid_queue_names_are_refused(app: App, queue: str) -> None:
 
 @pytest.mark.parametrize(
     "options",
-    [{"max_attempts": 0}, {"max_attempts": True}, {"priority": 1.5}, {"priority": 2**31},
-     {"timeout": 0}, {"timeout": -1}],
-)  # fmt: skip
+    [
+        {"max_attempts": 0},
+        {"max_attempts": True},
+        {"priority": 1.5},
+        {"priority": 2**31},
+        {"timeout": 0},
+        {"timeout": -1},
+    ],
+)
 def test_invalid_task_options_are_refused(app: App, options: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         app.task(**options)(lambda: None)
@@ -267,8 +273,9 @@ def test_app_enqueue_many_mixes_tasks(app: App) -> None:
 
     jobs = app.enqueue_many([("one", [1], {}), ("not_here", [], {"k": 2})])
     assert [(j.task, j.queue, j.args, j.kwargs) for j in jobs] == [
-        ("one", "a", [1], {}), ("not_here", "default", [], {"k": 2}),
-    ]  # fmt: skip
+        ("one", "a", [1], {}),
+        ("not_here", "default", [], {"k": 2}),
+    ]
 
 
 def test_enqueue_many_is_all_or_nothing(app: App) -> None:
@@ -372,10 +379,18 @@ def test_broker_instance_and_env_default(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 @pytest.mark.parametrize(
-    "url", ["nothing", "redis://localhost", "sqlite://host/x.db", "sqlite:///", "sqlite:///:memory:",
-            "sqlite:///x.db?bogus=1", "sqlite:///x.db?synchronous=sometimes",
-            "sqlite:////no/such/folder/x.db"],
-)  # fmt: skip
+    "url",
+    [
+        "nothing",
+        "redis://localhost",
+        "sqlite://host/x.db",
+        "sqlite:///",
+        "sqlite:///:memory:",
+        "sqlite:///x.db?bogus=1",
+        "sqlite:///x.db?synchronous=sometimes",
+        "sqlite:////no/such/folder/x.db",
+    ],
+)
 def test_bad_broker_urls(url: str) -> None:
     with pytest.raises(ConfigError):
         broker_from_url(url)

@@ -242,9 +242,8 @@ def test_apply_overrides_changes_task_options(here: Path) -> None:
     app = overrides_app()
     apply_overrides(app, load_settings())
     options = app.tasks["send_reset"].options
-    assert (options.queue, options.max_attempts, options.timeout, options.priority) == (
-        "email", 5, 30, -2,
-    )  # fmt: skip
+    assert (options.queue, options.max_attempts, options.timeout) == ("email", 5, 30)
+    assert options.priority == -2
     assert app.tasks["other"].options.queue == "default"  # untouched
     job = app.tasks["send_reset"].enqueue(1)  # routing and budget follow the override
     assert (job.queue, job.max_attempts, job.priority) == ("email", 5, -2)
@@ -308,8 +307,12 @@ def sluicegate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SLUICEGATE_BROKER"}
     return subprocess.run(
         [sys.executable, "-m", "sluicegate.cli", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture
@@ -352,9 +355,18 @@ def test_flags_override_pools_lease_and_broker(
     app = producer("from_flag.db")
     on_a, on_b = app.enqueue("on_a", queue="a"), app.enqueue("on_b", queue="b")
     result = sluicegate(
-        project, "worker", "cliapp:app", "--burst", "--no-prune",
-        "--pool", "from_flag=b:1", "--lease", "7", "--broker", "sqlite:///from_flag.db",
-    )  # fmt: skip
+        project,
+        "worker",
+        "cliapp:app",
+        "--burst",
+        "--no-prune",
+        "--pool",
+        "from_flag=b:1",
+        "--lease",
+        "7",
+        "--broker",
+        "sqlite:///from_flag.db",
+    )
     assert result.returncode == 0, result.stderr
     assert "from_flag=b:1:thread" in result.stderr
     assert "from_config" not in result.stderr  # --pool replaces the file's pools
