@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from sluicegate import App
-from sluicegate.config import Settings, TaskOverride, apply_overrides, load_settings
+from sluicegate.config import Settings, apply_overrides, load_settings
 from sluicegate.errors import ConfigError
+from sluicegate.task import TaskOptionsDict
 from sluicegate.worker import PoolSpec
 
 FULL = """\
@@ -70,7 +71,7 @@ def test_sluicegate_toml_in_current_folder(here: Path) -> None:
     assert settings.shutdown_timeout == 0
     assert settings.pools == EXPECTED_POOLS
     assert settings.tasks == {
-        "send_reset": TaskOverride(queue="email", max_attempts=5, timeout=30, priority=-2)
+        "send_reset": TaskOptionsDict(queue="email", max_attempts=5, timeout=30, priority=-2)
     }
 
 
@@ -88,7 +89,7 @@ def test_pyproject_tool_table(here: Path) -> None:
     assert settings.source == "pyproject.toml [tool.sluicegate]"
     assert settings.lease == 12.5
     assert settings.pools == EXPECTED_POOLS
-    assert settings.tasks["send_reset"].max_attempts == 5
+    assert settings.tasks["send_reset"]["max_attempts"] == 5
 
 
 def test_sluicegate_toml_wins_over_pyproject(here: Path) -> None:
@@ -169,8 +170,14 @@ ERRORS = [
     ("[tasks]\nt = 5", "tasks.t", "must be a table"),
     ("[tasks.t]\nretries = 3", "tasks.t.retries", "unknown key"),
     ("[tasks.t]\nmax_attempts = 0", "tasks.t.max_attempts", "must be an integer >= 1"),
+    ("[tasks.t]\nmax_attempts = 1.5", "tasks.t.max_attempts", "must be an integer >= 1"),
     ('[tasks.t]\ntimeout = "5"', "tasks.t.timeout", "must be a number"),
+    ("[tasks.t]\ntimeout = 0", "tasks.t.timeout", "must be a number of seconds > 0, not 0"),
+    ("[tasks.t]\ntimeout = true", "tasks.t.timeout", "must be a number of seconds > 0"),
     ("[tasks.t]\npriority = 1.5", "tasks.t.priority", "must be an integer"),
+    ("[tasks.t]\npriority = 2147483648", "tasks.t.priority", "out of range"),
+    ("[tasks.t]\nretry_on = []", "tasks.t.retry_on", "unknown key"),
+    ("[tasks.t]\ntransactional = true", "tasks.t.transactional", "unknown key"),
     ("[tasks.t]\nqueue = 3", "tasks.t.queue", "must be a string"),
     ('[tasks.t]\nqueue = "no spaces"', "tasks.t.queue", "invalid queue name"),
 ]
@@ -190,6 +197,16 @@ def test_errors_name_file_key_and_problem(
     assert message.startswith(f"{path}: "), message
     assert f" {key}: " in message or f" {key}." in message, message
     assert problem in message, message
+
+
+def test_task_option_errors_are_the_domain_checks_with_file_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "sluicegate.toml"
+    path.write_text('[tasks.send_reset]\npriority = "high"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(str(path))
+    assert str(err.value) == (
+        f"{path}: tasks.send_reset.priority: priority must be an integer, not 'high'"
+    )
 
 
 def test_errors_in_pyproject_name_the_tool_table(here: Path) -> None:
