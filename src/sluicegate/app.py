@@ -1,11 +1,11 @@
-"""The App: task registry, routing and the producer API."""
+"""The App: task registry, routing, the producer API and the settings file's task overrides."""
 
 from __future__ import annotations
 
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, Unpack, overload
 
 from .brokers import Broker, broker_from_url
 from .codec import DEFAULT_PAYLOAD_LIMIT, encode_payload
@@ -23,6 +23,9 @@ from .task import (
     seconds,
 )
 
+if TYPE_CHECKING:
+    from .config import Settings
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -35,18 +38,32 @@ def default_broker_url() -> str:
     return os.environ.get(BROKER_ENV) or DEFAULT_BROKER
 
 
+ConfigSource = str | os.PathLike[str] | Literal[False] | None
+
+
 class App:
-    """Holds tasks and a broker. The broker opens on first use, so importing an app is cheap."""
+    """Holds tasks and a broker. The broker opens on first use, so importing an app is cheap.
+
+    ``config`` is where the settings file's ``[tasks.NAME]`` overrides come from: None
+    (the default) looks for ./sluicegate.toml, else ``[tool.sluicegate]`` in
+    ./pyproject.toml, as the worker does; a path names the file; False reads none. The
+    file is read once, on first use (``configure``), not when the app is made, so the
+    tasks are registered by then.
+    """
 
     def __init__(
         self,
         broker: str | Broker | None = None,
         *,
+        config: ConfigSource = None,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
     ) -> None:
         self._broker_url = broker if isinstance(broker, str) else None
         self._broker = broker if isinstance(broker, Broker) else None
         self._lock = threading.Lock()
+        self._config = config
+        self._settings: Settings | None = None  # set once the overrides are applied
+        self._config_lock = threading.Lock()
         self.payload_limit = payload_limit
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.import_path: str | None = None  # "MODULE:APP", set when loaded by that path
@@ -78,6 +95,38 @@ class App:
             if self._broker is not None:
                 self._broker.close()
                 self._broker = None
+
+    # ---- settings ----------------------------------------------------------------
+    def use_config(self, config: ConfigSource) -> None:
+        """Take the settings from ``config`` instead (the CLI's ``--config`` does this);
+        only before they are applied."""
+        with self._config_lock:
+            if self._settings is not None and config != self._config:
+                source = self._settings.source or "no settings file"
+                raise ConfigError(
+                    f"cannot use settings file {config!r}: the app already applied {source}"
+                )
+            self._config = config
+
+    def configure(self) -> Settings:
+        """Read the settings file (once) and apply its ``[tasks.NAME]`` overrides to the
+        registered tasks; an override naming no task of the app is an error naming file and
+        key. The first enqueue calls this; workers and the CLI call it when they start."""
+        settings = self._settings
+        if settings is not None:
+            return settings
+        from .config import Settings, apply_overrides, load_settings
+
+        with self._config_lock:
+            if self._settings is None:
+                config = self._config
+                if config is False:
+                    found = Settings()
+                else:
+                    found = load_settings(None if config is None else os.fspath(config))
+                apply_overrides(self, found)
+                self._settings = found
+            return self._settings
 
     # ---- registry ----------------------------------------------------------------
     @overload
@@ -111,6 +160,10 @@ class App:
             if task_name in self.tasks:
                 raise ConfigError(f"task {task_name!r} is registered twice")
             self.tasks[task_name] = task
+            if self._settings is not None:  # registered after configure(): its override now
+                from .config import apply_override
+
+                apply_override(task, self._settings)
             return task
 
         return register(fn) if fn is not None else register
@@ -167,6 +220,8 @@ class App:
         kwargs: Mapping[str, Any] | None,
         options: EnqueueOptions,
     ) -> JobSpec:
+        if self._settings is None:
+            self.configure()
         check_name("task", name)
         task = self.tasks.get(name)
         defaults = task.options if task is not None else DEFAULT_OPTIONS

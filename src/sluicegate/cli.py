@@ -20,7 +20,7 @@ from rich.table import Table
 
 from .app import BROKER_ENV, App, default_broker_url
 from .brokers.base import DAY, Retention
-from .config import apply_overrides, load_settings
+from .config import Settings
 from .errors import ConfigError, InvalidTransition, JobNotFound, SerializationError, SluicegateError
 from .job import Job, JobState
 from .loading import load_app
@@ -71,14 +71,29 @@ def _group_broker() -> str | None:
     return ctx.find_root().params.get("broker_url") if ctx is not None else None
 
 
-def open_app(broker_url: str | None, app_target: str | None = None) -> App:
-    """The app to act through: the user's app (with --broker overriding its broker) or a bare one."""
+def open_app(broker_url: str | None, app: str | App | None = None) -> App:
+    """The app to act through: the user's (MODULE:APP, or loaded) with --broker replacing
+    its broker, or a bare one. A bare app reads no settings file: it has no tasks for
+    ``[tasks.NAME]`` to name."""
     broker_url = broker_url or _group_broker()
-    app = load_app(app_target) if app_target else App(broker=broker_url or default_broker_url())
-    if app_target and broker_url:
-        app.use_broker(broker_url)
+    if app is None:
+        app = App(broker=broker_url or default_broker_url(), config=False)
+    else:
+        app = load_app(app) if isinstance(app, str) else app
+        if broker_url:
+            app.use_broker(broker_url)
     app.broker  # noqa: B018 - open now, so a bad URL fails here with a clear message
     return app
+
+
+def load_configured_app(app_target: str, config_path: str | None) -> tuple[App, Settings]:
+    """MODULE:APP with its settings applied: from --config FILE if given, else from the
+    file the app itself would read (by default ./sluicegate.toml, else pyproject's
+    [tool.sluicegate])."""
+    app = load_app(app_target)
+    if config_path is not None:
+        app.use_config(config_path)
+    return app, app.configure()
 
 
 def parse_json(option: str, text: str | None, kind: type) -> Any:
@@ -189,7 +204,7 @@ def worker(
     A second signal releases at once. Finished jobs past their retention are pruned
     in the background, in small batches, unless --no-prune.
     """
-    settings = load_settings(config_path)
+    app, settings = load_configured_app(app_target, config_path)
     pools = [parse_pool_spec(spec) for spec in pool_specs] or settings.pools or None
     lease = lease if lease is not None else settings.lease or 30.0
     shutdown_timeout = (
@@ -205,8 +220,7 @@ def worker(
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    app = open_app(broker_url or settings.broker, app_target)
-    apply_overrides(app, settings)
+    open_app(broker_url or _group_broker() or settings.broker, app)
     retention = (
         None
         if no_prune
@@ -230,9 +244,7 @@ def tasks(
 ) -> None:
     """List the app's tasks as a worker with these pools would run them: queue, pool,
     model and options (config overrides applied)."""
-    settings = load_settings(config_path)
-    app = load_app(app_target)
-    apply_overrides(app, settings)
+    app, settings = load_configured_app(app_target, config_path)
     pools = [parse_pool_spec(s) for s in pool_specs] or settings.pools or [DEFAULT_POOL]
     rows: list[dict[str, Any]] = []
     for task in sorted(app.tasks.values(), key=lambda t: t.name):

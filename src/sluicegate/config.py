@@ -1,6 +1,8 @@
 """``sluicegate.toml`` (or ``[tool.sluicegate]`` in pyproject.toml) -> typed settings.
 
 Every error names the file, the key and what is wrong. CLI flags override the file.
+The worker reads it all; an ``App`` reads it too (``App.configure``, once, on first use)
+and applies the ``[tasks.NAME]`` overrides, so producers route by them as workers do.
 
     broker = "sqlite:///jobs.db"
     lease = 30
@@ -36,6 +38,7 @@ from .worker.pool import PoolSpec
 
 if TYPE_CHECKING:
     from .app import App
+    from .task import Task
 
 DEFAULT_FILES = ("sluicegate.toml", "pyproject.toml")
 TOP_KEYS = {"broker", "lease", "shutdown_timeout", "pools", "tasks"}
@@ -188,16 +191,24 @@ def _task(path: str, name: str, table: Any) -> TaskOptionsDict:
 
 
 def apply_overrides(app: App, settings: Settings) -> None:
-    """Apply ``[tasks.NAME]`` overrides to the app's tasks; each must name one of them."""
+    """Apply ``[tasks.NAME]`` overrides to the app's tasks; each must name one of them.
+
+    ``App.configure`` calls this once, on first use; call that rather than this."""
     for name in settings.tasks:
         if name not in app.tasks:
             known = ", ".join(sorted(app.tasks)) or "none"
             raise ConfigError(
                 f"{settings.source}: tasks.{name}: no such task in the app (tasks: {known})"
             )
-    for name, override in settings.tasks.items():
-        task = app.tasks[name]
+    for task in app.tasks.values():
+        apply_override(task, settings)
+
+
+def apply_override(task: Task[Any, Any], settings: Settings) -> None:
+    """Apply the ``[tasks.NAME]`` override of this task, if the settings have one."""
+    override = settings.tasks.get(task.name)
+    if override:
         try:
             task.options = dataclasses.replace(task.options, **override)
         except ConfigError as exc:  # TaskOptions' own checks: add file and key
-            raise ConfigError(f"{settings.source}: tasks.{name}: {exc}") from None
+            raise ConfigError(f"{settings.source}: tasks.{task.name}: {exc}") from None

@@ -63,6 +63,19 @@ def test_enqueue_with_app_applies_task_options(workdir: Path) -> None:
     assert (shown["queue"], shown["max_attempts"], shown["priority"]) == ("email", 5, 3)
 
 
+def test_enqueue_with_app_applies_the_settings_file_of_the_folder(workdir: Path) -> None:
+    (workdir / "sluicegate.toml").write_text('[tasks.send_reset]\nqueue = "other"\n')
+    result = run(workdir, "enqueue", "send_reset", "--app", "myapp:app")
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(run(workdir, "jobs", "show", result.stdout.strip(), "--json").stdout)
+    assert (shown["queue"], shown["max_attempts"]) == ("other", 5)
+    # Without --app there are no tasks for [tasks.NAME] to name: the file is not read.
+    bare = run(workdir, "enqueue", "send_reset")
+    assert bare.returncode == 0, bare.stderr
+    shown = json.loads(run(workdir, "jobs", "show", bare.stdout.strip(), "--json").stdout)
+    assert shown["queue"] == "default"
+
+
 def test_enqueue_options_and_unique_key(workdir: Path) -> None:
     args = [
         "enqueue",

@@ -6,6 +6,7 @@ Every error names the file, the key and the problem. The last tests run real
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -278,6 +279,126 @@ def test_override_of_an_unknown_task_names_file_key_and_the_known_tasks(here: Pa
     app.close()
 
 
+# ---- producers apply [tasks.NAME] too: App(config=...) -----------------------------------------
+
+
+def test_a_producer_applies_the_settings_file_of_its_folder(here: Path) -> None:
+    (here / "sluicegate.toml").write_text('[tasks.x]\nqueue = "other"\nmax_attempts = 7\n')
+    app = App(broker=f"sqlite:///{here / 'jobs.db'}")
+
+    @app.task
+    def x() -> None: ...
+
+    assert x.options.queue == "default"  # nothing is read before first use
+    job = x.enqueue()
+    assert (job.queue, job.max_attempts) == ("other", 7)
+    assert app.get_job(job.id).queue == "other"
+    assert app.enqueue("x").queue == "other"  # by name
+    assert x.with_options(priority=1).enqueue().queue == "other"
+    assert x.with_options(queue="mine").enqueue().queue == "mine"  # per enqueue still wins
+    assert [j.queue for j in app.enqueue_many([("x", [], {})])] == ["other"]
+    (here / "sluicegate.toml").write_text('[tasks.x]\nqueue = "third"\n')
+    assert x.enqueue().queue == "other"  # read once
+    claimed = app.broker.claim(["other"], 10, 30, "w")
+    assert len(claimed) == 5
+    app.close()
+
+
+def test_pyproject_tool_table_reaches_a_producer_too(here: Path) -> None:
+    (here / "pyproject.toml").write_text("[tool.sluicegate.tasks.x]\npriority = -5\n")
+    app = App(broker="memory://")
+
+    @app.task
+    def x() -> None: ...
+
+    assert x.enqueue().priority == -5
+    assert app.configure().source == "pyproject.toml [tool.sluicegate]"
+
+
+def test_config_path_and_config_false(here: Path, tmp_path: Path) -> None:
+    (here / "sluicegate.toml").write_text('[tasks.x]\nqueue = "from_folder"\n')
+    elsewhere = tmp_path / "conf" / "prod.toml"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text('[tasks.x]\nqueue = "from_path"\n')
+    for config, queue in (
+        (elsewhere, "from_path"),
+        (str(elsewhere), "from_path"),
+        (False, "default"),
+    ):
+        app = App(broker="memory://", config=config)
+
+        @app.task
+        def x() -> None: ...
+
+        assert x.enqueue().queue == queue, config
+
+
+def test_configure_applies_once_and_later_tasks_get_their_override(here: Path) -> None:
+    (here / "sluicegate.toml").write_text("[tasks.late]\ntimeout = 5\n[tasks.early]\ntimeout = 6\n")
+    app = App(broker="memory://")
+
+    @app.task
+    def early() -> None: ...
+
+    with pytest.raises(ConfigError, match=r"tasks\.late: no such task in the app"):
+        app.configure()  # a task the app does not have (yet) is an error, and nothing is kept
+    assert early.options.timeout is None
+
+    @app.task
+    def late() -> None: ...
+
+    settings = app.configure()
+    assert app.configure() is settings
+    assert (early.options.timeout, late.options.timeout) == (6, 5)
+
+    @app.task(queue="q")
+    def later() -> None: ...  # no override: untouched
+
+    assert later.options.queue == "q"
+
+
+def test_an_override_of_an_unknown_task_fails_the_enqueue_and_stores_nothing(
+    here: Path,
+) -> None:
+    (here / "sluicegate.toml").write_text("[tasks.send_rest]\ntimeout = 3\n")
+    app = App(broker=f"sqlite:///{here / 'jobs.db'}")  # no error when made: nothing read yet
+    app.task(name="send_reset")(lambda: None)
+    message = "sluicegate.toml: tasks.send_rest: no such task in the app (tasks: send_reset)"
+    for attempt in range(2):  # every enqueue says so, not just the first
+        with pytest.raises(ConfigError) as err:
+            app.enqueue("send_reset")
+        assert str(err.value) == message, attempt
+    assert app.broker.list_jobs() == []
+    app.close()
+
+
+def test_use_config_chooses_the_file_before_it_is_applied(here: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.toml"
+    other.write_text('[tasks.x]\nqueue = "other"\n')
+    app = App(broker="memory://")
+
+    @app.task
+    def x() -> None: ...
+
+    app.use_config(other)
+    assert x.enqueue().queue == "other"
+    app.use_config(other)  # the same again: fine
+    with pytest.raises(ConfigError, match="already applied"):
+        app.use_config(None)
+
+
+def test_a_bad_settings_file_is_reported_on_first_use_not_when_the_app_is_made(
+    here: Path,
+) -> None:
+    (here / "sluicegate.toml").write_text("[tasks.x]\npriority = 1.5\n")
+    app = App(broker="memory://")
+    app.task(name="x")(lambda: None)
+    with pytest.raises(
+        ConfigError, match=r"^sluicegate\.toml: tasks\.x\.priority: priority must be an integer"
+    ):
+        app.enqueue("x")
+
+
 # ---- CLI flags override the file (real `sluicegate worker --burst`) ------------------------
 
 CLI_APP = textwrap.dedent(
@@ -394,6 +515,19 @@ def test_flags_override_pools_lease_and_broker(
     assert not (project / "from_config.db").exists()  # --broker replaced the file's broker
 
 
+def test_the_group_broker_flag_beats_the_file_too(
+    project: Path, producer: Callable[[str], App]
+) -> None:
+    app = producer("from_group.db")
+    job = app.enqueue("on_a", queue="a")
+    result = sluicegate(
+        project, "--broker", "sqlite:///from_group.db", "worker", "cliapp:app", "--burst"
+    )
+    assert result.returncode == 0, result.stderr
+    assert app.get_job(job.id).state.value == "succeeded"
+    assert not (project / "from_config.db").exists()
+
+
 def test_explicit_config_flag_and_task_overrides_reach_the_worker(
     project: Path, tmp_path: Path, producer: Callable[[str], App]
 ) -> None:
@@ -407,6 +541,22 @@ def test_explicit_config_flag_and_task_overrides_reach_the_worker(
     assert dead.state.value == "dead"  # [tasks.slow] timeout = 0.2 applied
     assert dead.last_error is not None
     assert dead.last_error.message == "timed out after 0.2 s"
+
+
+def test_the_cli_reads_the_settings_file_the_app_names(project: Path) -> None:
+    """App(config=PATH): the worker and `tasks` take pools and overrides from that file."""
+    (project / "sluicegate.toml").rename(project / "prod.toml")
+    (project / "sluicegate.toml").write_text("[pools.ignored]\nslots = 1\n")
+    source = (project / "cliapp.py").read_text()
+    (project / "cliapp.py").write_text(source.replace("App()", 'App(config="prod.toml")'))
+    result = sluicegate(project, "tasks", "cliapp:app", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["task"]: row for row in json.loads(result.stdout)}
+    assert rows["slow"]["timeout"] == 0.2 and rows["slow"]["pools"] == ["from_config"]
+    assert rows["on_b"]["pools"] == []
+    flag = sluicegate(project, "tasks", "cliapp:app", "--json", "--config", "sluicegate.toml")
+    assert flag.returncode == 0, flag.stderr
+    assert {row["task"]: row for row in json.loads(flag.stdout)}["slow"]["timeout"] is None
 
 
 @pytest.mark.parametrize(
