@@ -121,14 +121,15 @@ def main(broker_url: str | None) -> None:
 
 
 def retention_options(fn: F) -> F:
-    """--keep-*-days options shared by `worker` and `prune`."""
-    for state, days in (("cancelled", 7.0), ("dead", 30.0), ("succeeded", 7.0)):
+    """--keep-*-days options shared by `worker` and `prune`; defaults from ``Retention()``."""
+    kept = sorted(Retention().by_state().items(), key=lambda item: item[0].value)
+    for state, seconds in kept:
         fn = click.option(
-            f"--keep-{state}-days",
+            f"--keep-{state.value}-days",
             type=click.FloatRange(min=0),
-            default=days,
+            default=seconds / DAY,
             show_default=True,
-            help=f"Delete {state} jobs this many days after they finished.",
+            help=f"Delete {state.value} jobs this many days after they finished.",
         )(fn)
     return fn
 

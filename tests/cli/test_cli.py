@@ -234,3 +234,17 @@ def test_migrate_and_prune_commands(workdir: Path) -> None:
     assert json.loads(run(workdir, "jobs", "list", "--json").stdout) == []
     bad = run(workdir, "prune", "--keep-dead-days", "-1")
     assert bad.returncode == 2
+
+
+def test_retention_defaults_are_the_brokers() -> None:
+    """--keep-*-days default to Retention(), in days, for both commands that take them."""
+    from sluicegate.brokers.base import DAY, Retention
+    from sluicegate.cli import prune, worker
+
+    expected = {
+        f"keep_{state.value}_days": seconds / DAY
+        for state, seconds in Retention().by_state().items()
+    }
+    for command in (worker, prune):
+        defaults = {p.name: p.default for p in command.params if p.name in expected}
+        assert defaults == expected
