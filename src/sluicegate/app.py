@@ -111,11 +111,12 @@ class App:
     def configure(self) -> Settings:
         """Read the settings file (once) and apply its ``[tasks.NAME]`` overrides to the
         registered tasks; an override naming no task of the app is an error naming file and
-        key. The first enqueue calls this; workers and the CLI call it when they start."""
+        key. The first enqueue calls this; ``sluicegate worker`` and ``sluicegate tasks``
+        call it when they start, and so should code that starts a ``Worker`` itself."""
         settings = self._settings
         if settings is not None:
             return settings
-        from .config import Settings, apply_overrides, load_settings
+        from .config import Settings, apply_overrides, load_settings  # it needs PoolSpec
 
         with self._config_lock:
             if self._settings is None:

@@ -1,7 +1,7 @@
 """The ``sluicegate`` command line (click + rich).
 
-Every command takes ``--broker URL`` (or SLUICEGATE_BROKER); the default is
-``sqlite:///sluicegate.db`` in the current folder. Expected failures print one
+Every command that reaches the broker takes ``--broker URL`` (or SLUICEGATE_BROKER);
+the default is ``sqlite:///sluicegate.db`` in the current folder. Expected failures print one
 line on stderr and exit 2 (bad input) or 1 (e.g. no such job); no tracebacks.
 """
 
@@ -166,8 +166,8 @@ def make_retention(succeeded: float, dead: float, cancelled: float) -> Retention
     "--config",
     "config_path",
     metavar="FILE",
-    help="Settings file (default: ./sluicegate.toml, else [tool.sluicegate] in "
-    "./pyproject.toml). Flags override it.",
+    help="Settings file (default: the app's, App(config=...): by default ./sluicegate.toml, "
+    "else [tool.sluicegate] in ./pyproject.toml). Flags override it.",
 )
 @click.option("--burst", is_flag=True, help="Exit once the pools' queues have no ready work left.")
 @click.option("--no-prune", is_flag=True, help="Never delete finished jobs from this worker.")
