@@ -1,26 +1,36 @@
-"""The App: task registry, routing and the producer API."""
+"""The App: task registry, routing, the producer API and the settings file's task overrides."""
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, Unpack, overload
 
 from .brokers import Broker, broker_from_url
 from .codec import DEFAULT_PAYLOAD_LIMIT, encode_payload
 from .errors import ConfigError, JobNotFound
 from .job import Job, JobSpec
 from .names import check_name
-from .retry import RetryPolicy
-from .task import Task, TaskOptions, check_attempts, check_priority
+from .task import (
+    NO_OPTIONS,
+    EnqueueOptions,
+    EnqueueOptionsDict,
+    Task,
+    TaskOptions,
+    TaskOptionsDict,
+    epoch,
+    seconds,
+)
+
+if TYPE_CHECKING:
+    from .config import Settings
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_BROKER = "sqlite:///sluicegate.db"
-_DEFAULT_OPTIONS = TaskOptions()
+DEFAULT_OPTIONS = TaskOptions()  # of a task this app does not register
 BROKER_ENV = "SLUICEGATE_BROKER"
 
 
@@ -28,34 +38,32 @@ def default_broker_url() -> str:
     return os.environ.get(BROKER_ENV) or DEFAULT_BROKER
 
 
-def _seconds(value: float | dt.timedelta, what: str) -> float:
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{what} must be seconds or a timedelta, not {value!r}")
-    return float(value)
-
-
-def _epoch(value: float | dt.datetime) -> float:
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            raise ConfigError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
-        return value.timestamp()
-    return _seconds(value, "run_at")
+ConfigSource = str | os.PathLike[str] | Literal[False] | None
 
 
 class App:
-    """Holds tasks and a broker. The broker opens on first use, so importing an app is cheap."""
+    """Holds tasks and a broker. The broker opens on first use, so importing an app is cheap.
+
+    ``config`` is where the settings file's ``[tasks.NAME]`` overrides come from: None
+    (the default) looks for ./sluicegate.toml, else ``[tool.sluicegate]`` in
+    ./pyproject.toml, as the worker does; a path names the file; False reads none. The
+    file is read once, on first use (``configure``), not when the app is made, so the
+    tasks are registered by then.
+    """
 
     def __init__(
         self,
         broker: str | Broker | None = None,
         *,
+        config: ConfigSource = None,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
     ) -> None:
         self._broker_url = broker if isinstance(broker, str) else None
         self._broker = broker if isinstance(broker, Broker) else None
         self._lock = threading.Lock()
+        self._config = config
+        self._settings: Settings | None = None  # set once the overrides are applied
+        self._config_lock = threading.Lock()
         self.payload_limit = payload_limit
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.import_path: str | None = None  # "MODULE:APP", set when loaded by that path
@@ -88,102 +96,151 @@ class App:
                 self._broker.close()
                 self._broker = None
 
+    # ---- settings ----------------------------------------------------------------
+    def use_config(self, config: ConfigSource) -> None:
+        """Take the settings from ``config`` instead (the CLI's ``--config`` does this);
+        only before they are applied."""
+        with self._config_lock:
+            if self._settings is not None and config != self._config:
+                source = self._settings.source or "no settings file"
+                raise ConfigError(
+                    f"cannot use settings file {config!r}: the app already applied {source}"
+                )
+            self._config = config
+
+    def configure(self) -> Settings:
+        """Read the settings file (once) and apply its ``[tasks.NAME]`` overrides to the
+        registered tasks; an override naming no task of the app is an error naming file and
+        key. The first enqueue calls this; ``sluicegate worker`` and ``sluicegate tasks``
+        call it when they start, and so should code that starts a ``Worker`` itself."""
+        settings = self._settings
+        if settings is not None:
+            return settings
+        from .config import Settings, apply_overrides, load_settings  # it needs PoolSpec
+
+        with self._config_lock:
+            if self._settings is None:
+                config = self._config
+                if config is False:
+                    found = Settings()
+                else:
+                    found = load_settings(None if config is None else os.fspath(config))
+                apply_overrides(self, found)
+                self._settings = found
+            return self._settings
+
     # ---- registry ----------------------------------------------------------------
     @overload
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
     def task(
-        self, fn: None = None, /, *, name: str | None = None, queue: str = "default",
-        max_attempts: int = 3, timeout: float | None = None, priority: int = 0,
-        retry_on: Sequence[type[BaseException]] = (), backoff_base: float = 1.0,
-        backoff_max: float = 3600.0, transactional: bool = False,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...  # fmt: skip
+        self, fn: None = None, /, *, name: str | None = None, **options: Unpack[TaskOptionsDict]
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
-        self, fn: Callable[P, R] | None = None, /, *, name: str | None = None,
-        queue: str = "default", max_attempts: int = 3, timeout: float | None = None,
-        priority: int = 0, retry_on: Sequence[type[BaseException]] = (),
-        backoff_base: float = 1.0, backoff_max: float = 3600.0, transactional: bool = False,
-    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:  # fmt: skip
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        **options: Unpack[TaskOptionsDict],
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a task: ``@app.task`` or ``@app.task(queue="email", max_attempts=5)``.
 
-        ``transactional=True`` (postgresql broker): the task is called with a
-        ``connection=`` keyword argument, a psycopg connection in an open transaction;
-        its writes and the job's ack commit together, and a raise rolls both back.
+        The options are ``TaskOptionsDict``'s (defaults in ``TaskOptions``). ``name``
+        defaults to the function's name. ``transactional=True`` (postgresql broker): the
+        task is called with a ``connection=`` keyword argument, a psycopg connection in an
+        open transaction; its writes and the job's ack commit together, and a raise rolls
+        both back.
         """
-        options = TaskOptions(
-            queue=queue, max_attempts=max_attempts, timeout=timeout, priority=priority,
-            retry=RetryPolicy(max_attempts=max_attempts, backoff_base=backoff_base,
-                              backoff_max=backoff_max, retry_on=tuple(retry_on)),
-            transactional=transactional,
-        )  # fmt: skip
 
         def register(f: Callable[P, R]) -> Task[P, R]:
             task_name = name or f.__name__
+            task: Task[P, R] = Task(self, f, task_name, TaskOptions.of(task_name, options))
             if task_name in self.tasks:
                 raise ConfigError(f"task {task_name!r} is registered twice")
-            task: Task[P, R] = Task(self, f, task_name, options)
             self.tasks[task_name] = task
+            if self._settings is not None:  # registered after configure(): its override now
+                from .config import apply_override
+
+                apply_override(task, self._settings)
             return task
 
         return register(fn) if fn is not None else register
 
     # ---- producing ----------------------------------------------------------------
     def build_spec(
-        self, name: str, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
-        *, queue: str | None = None, delay: float | dt.timedelta | None = None,
-        run_at: float | dt.datetime | None = None, priority: int | None = None,
-        unique_key: str | None = None, max_attempts: int | None = None,
-    ) -> JobSpec:  # fmt: skip
-        """Validate and encode one job; raises before anything is stored."""
-        check_name("task", name)
-        task = self.tasks.get(name)
-        defaults = task.options if task is not None else _DEFAULT_OPTIONS
-        if delay is not None and run_at is not None:
-            raise ConfigError("give delay or run_at, not both")
-        if unique_key is not None and (not isinstance(unique_key, str) or not unique_key):
-            raise ConfigError(f"unique_key must be a non-empty string, not {unique_key!r}")
-        args_json, kwargs_json = encode_payload(
-            name, [] if args is None else args, {} if kwargs is None else kwargs, self.payload_limit
-        )
-        return JobSpec(
-            task=name,
-            queue=check_name("queue", queue) if queue is not None else defaults.queue,
-            args_json=args_json,
-            kwargs_json=kwargs_json,
-            run_at=_epoch(run_at) if run_at is not None else None,
-            delay=max(0.0, _seconds(delay, "delay")) if delay is not None else 0.0,
-            priority=check_priority(priority) if priority is not None else defaults.priority,
-            max_attempts=(
-                check_attempts(max_attempts) if max_attempts is not None else defaults.max_attempts
-            ),
-            unique_key=unique_key,
-        )
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Unpack[EnqueueOptionsDict],
+    ) -> JobSpec:
+        """Check and encode one job (``connection`` plays no part); raises before anything
+        is stored. ``app.broker.enqueue(specs)`` stores specs in one transaction."""
+        return self._spec(name, args, kwargs, EnqueueOptions.of(name, options))
 
     def enqueue(
-        self, name: str, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
-        *, queue: str | None = None, delay: float | dt.timedelta | None = None,
-        run_at: float | dt.datetime | None = None, priority: int | None = None,
-        unique_key: str | None = None, max_attempts: int | None = None, connection: Any = None,
-    ) -> Job:  # fmt: skip
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Unpack[EnqueueOptionsDict],
+    ) -> Job:
         """Enqueue a job by task name (the task need not be registered here). Durable on return.
 
-        ``connection`` (postgresql broker): a psycopg connection with an open transaction;
-        the job is written in it, so it exists only if, and once, the caller commits.
+        The options are ``EnqueueOptionsDict``'s; None keeps the task's own (or the
+        defaults, for a task this app does not register). ``connection`` (postgresql
+        broker): a psycopg connection with an open transaction; the job is written in it,
+        so it exists only if, and once, the caller commits.
         """
-        spec = self.build_spec(
-            name, args, kwargs, queue=queue, delay=delay, run_at=run_at, priority=priority,
-            unique_key=unique_key, max_attempts=max_attempts,
-        )  # fmt: skip
-        return self.broker.enqueue([spec], connection=connection)[0]
+        return self._enqueue(name, args, kwargs, EnqueueOptions.of(name, options))
 
     def enqueue_many(
         self, calls: Iterable[tuple[str, Sequence[Any], Mapping[str, Any]]], connection: Any = None
     ) -> list[Job]:
         """Enqueue ``(task_name, args, kwargs)`` triples in one transaction; all or nothing."""
-        specs = [self.build_spec(name, args, kwargs) for name, args, kwargs in calls]
+        specs = [self._spec(name, args, kwargs, NO_OPTIONS) for name, args, kwargs in calls]
         return self.broker.enqueue(specs, connection=connection)
+
+    def _enqueue(
+        self,
+        name: str,
+        args: Sequence[Any] | None,
+        kwargs: Mapping[str, Any] | None,
+        options: EnqueueOptions,
+    ) -> Job:
+        spec = self._spec(name, args, kwargs, options)
+        return self.broker.enqueue([spec], connection=options.connection)[0]
+
+    def _spec(
+        self,
+        name: str,
+        args: Sequence[Any] | None,
+        kwargs: Mapping[str, Any] | None,
+        options: EnqueueOptions,
+    ) -> JobSpec:
+        if self._settings is None:
+            self.configure()
+        check_name("task", name)
+        task = self.tasks.get(name)
+        defaults = task.options if task is not None else DEFAULT_OPTIONS
+        args_json, kwargs_json = encode_payload(
+            name, [] if args is None else args, {} if kwargs is None else kwargs, self.payload_limit
+        )
+        o = options  # checked when made: only None stands for "the task's own"
+        return JobSpec(
+            task=name,
+            queue=defaults.queue if o.queue is None else o.queue,
+            args_json=args_json,
+            kwargs_json=kwargs_json,
+            run_at=None if o.run_at is None else epoch(o.run_at),
+            delay=0.0 if o.delay is None else max(0.0, seconds(o.delay, "delay")),
+            priority=defaults.priority if o.priority is None else o.priority,
+            max_attempts=defaults.max_attempts if o.max_attempts is None else o.max_attempts,
+            unique_key=o.unique_key,
+        )
 
     # ---- reading -------------------------------------------------------------------
     def get_job(self, job_id: int) -> Job:

@@ -1,7 +1,7 @@
 """The ``sluicegate`` command line (click + rich).
 
-Every command takes ``--broker URL`` (or SLUICEGATE_BROKER); the default is
-``sqlite:///sluicegate.db`` in the current folder. Expected failures print one
+Every command that reaches the broker takes ``--broker URL`` (or SLUICEGATE_BROKER);
+the default is ``sqlite:///sluicegate.db`` in the current folder. Expected failures print one
 line on stderr and exit 2 (bad input) or 1 (e.g. no such job); no tracebacks.
 """
 
@@ -20,7 +20,7 @@ from rich.table import Table
 
 from .app import BROKER_ENV, App, default_broker_url
 from .brokers.base import DAY, Retention
-from .config import apply_overrides, load_settings
+from .config import Settings
 from .errors import ConfigError, InvalidTransition, JobNotFound, SerializationError, SluicegateError
 from .job import Job, JobState
 from .loading import load_app
@@ -33,11 +33,15 @@ EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
 broker_option = click.option(
-    "--broker", "broker_url", envvar=BROKER_ENV, default=None, metavar="URL",
+    "--broker",
+    "broker_url",
+    envvar=BROKER_ENV,
+    default=None,
+    metavar="URL",
     help="Broker URL: sqlite:///PATH (default sqlite:///sluicegate.db), "
     "postgresql://USER@HOST/DB?schema=NAME, memory://. "
     f"Also read from {BROKER_ENV}.",
-)  # fmt: skip
+)
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:
@@ -67,14 +71,29 @@ def _group_broker() -> str | None:
     return ctx.find_root().params.get("broker_url") if ctx is not None else None
 
 
-def open_app(broker_url: str | None, app_target: str | None = None) -> App:
-    """The app to act through: the user's app (with --broker overriding its broker) or a bare one."""
+def open_app(broker_url: str | None, app: str | App | None = None) -> App:
+    """The app to act through: the user's (MODULE:APP, or loaded) with --broker replacing
+    its broker, or a bare one. A bare app reads no settings file: it has no tasks for
+    ``[tasks.NAME]`` to name."""
     broker_url = broker_url or _group_broker()
-    app = load_app(app_target) if app_target else App(broker=broker_url or default_broker_url())
-    if app_target and broker_url:
-        app.use_broker(broker_url)
+    if app is None:
+        app = App(broker=broker_url or default_broker_url(), config=False)
+    else:
+        app = load_app(app) if isinstance(app, str) else app
+        if broker_url:
+            app.use_broker(broker_url)
     app.broker  # noqa: B018 - open now, so a bad URL fails here with a clear message
     return app
+
+
+def load_configured_app(app_target: str, config_path: str | None) -> tuple[App, Settings]:
+    """MODULE:APP with its settings applied: from --config FILE if given, else from the
+    file the app itself would read (by default ./sluicegate.toml, else pyproject's
+    [tool.sluicegate])."""
+    app = load_app(app_target)
+    if config_path is not None:
+        app.use_config(config_path)
+    return app, app.configure()
 
 
 def parse_json(option: str, text: str | None, kind: type) -> Any:
@@ -102,12 +121,16 @@ def main(broker_url: str | None) -> None:
 
 
 def retention_options(fn: F) -> F:
-    """--keep-*-days options shared by `worker` and `prune`."""
-    for state, days in (("cancelled", 7.0), ("dead", 30.0), ("succeeded", 7.0)):
+    """--keep-*-days options shared by `worker` and `prune`; defaults from ``Retention()``."""
+    kept = sorted(Retention().by_state().items(), key=lambda item: item[0].value)
+    for state, seconds in kept:
         fn = click.option(
-            f"--keep-{state}-days", type=click.FloatRange(min=0), default=days, show_default=True,
-            help=f"Delete {state} jobs this many days after they finished.",
-        )(fn)  # fmt: skip
+            f"--keep-{state.value}-days",
+            type=click.FloatRange(min=0),
+            default=seconds / DAY,
+            show_default=True,
+            help=f"Delete {state.value} jobs this many days after they finished.",
+        )(fn)
     return fn
 
 
@@ -118,31 +141,59 @@ def make_retention(succeeded: float, dead: float, cancelled: float) -> Retention
 @main.command()
 @click.argument("app_target", metavar="MODULE:APP")
 @click.option(
-    "--pool", "pool_specs", multiple=True, metavar="SPEC",
+    "--pool",
+    "pool_specs",
+    multiple=True,
+    metavar="SPEC",
     help=f"A pool as {SPEC_FORMAT} (repeatable), e.g. email=email:3. "
     "Default: one pool 'default' of 10 thread slots over queue 'default'.",
-)  # fmt: skip
-@click.option("--lease", type=float, default=None,
-              help="Seconds a claim stays valid without a heartbeat (heartbeats every lease/3); "
-              "also how fast a dead worker's jobs come back. [default: 30]")  # fmt: skip
-@click.option("--shutdown-timeout", type=float, default=None,
-              help="On SIGTERM/SIGINT, seconds to let running jobs finish before releasing "
-              "them. [default: 30]")  # fmt: skip
-@click.option("--config", "config_path", metavar="FILE",
-              help="Settings file (default: ./sluicegate.toml, else [tool.sluicegate] in "
-              "./pyproject.toml). Flags override it.")  # fmt: skip
+)
+@click.option(
+    "--lease",
+    type=float,
+    default=None,
+    help="Seconds a claim stays valid without a heartbeat (heartbeats every lease/3); "
+    "also how fast a dead worker's jobs come back. [default: 30]",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=float,
+    default=None,
+    help="On SIGTERM/SIGINT, seconds to let running jobs finish before releasing "
+    "them. [default: 30]",
+)
+@click.option(
+    "--config",
+    "config_path",
+    metavar="FILE",
+    help="Settings file (default: the app's, App(config=...): by default ./sluicegate.toml, "
+    "else [tool.sluicegate] in ./pyproject.toml). Flags override it.",
+)
 @click.option("--burst", is_flag=True, help="Exit once the pools' queues have no ready work left.")
 @click.option("--no-prune", is_flag=True, help="Never delete finished jobs from this worker.")
 @retention_options
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))  # fmt: skip
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
 @broker_option
 @friendly_errors
 def worker(
-    app_target: str, pool_specs: tuple[str, ...], lease: float | None,
-    shutdown_timeout: float | None, config_path: str | None, burst: bool, no_prune: bool, keep_succeeded_days: float, keep_dead_days: float,
-    keep_cancelled_days: float, log_level: str, broker_url: str | None,
-) -> None:  # fmt: skip
+    app_target: str,
+    pool_specs: tuple[str, ...],
+    lease: float | None,
+    shutdown_timeout: float | None,
+    config_path: str | None,
+    burst: bool,
+    no_prune: bool,
+    keep_succeeded_days: float,
+    keep_dead_days: float,
+    keep_cancelled_days: float,
+    log_level: str,
+    broker_url: str | None,
+) -> None:
     """Run a worker for MODULE:APP with one or more bounded pools.
 
     \b
@@ -154,7 +205,7 @@ def worker(
     A second signal releases at once. Finished jobs past their retention are pruned
     in the background, in small batches, unless --no-prune.
     """
-    settings = load_settings(config_path)
+    app, settings = load_configured_app(app_target, config_path)
     pools = [parse_pool_spec(spec) for spec in pool_specs] or settings.pools or None
     lease = lease if lease is not None else settings.lease or 30.0
     shutdown_timeout = (
@@ -166,11 +217,11 @@ def worker(
     if shutdown_timeout < 0:
         raise ConfigError(f"--shutdown-timeout must not be negative, not {shutdown_timeout}")
     logging.basicConfig(
-        level=log_level.upper(), stream=sys.stderr,
+        level=log_level.upper(),
+        stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )  # fmt: skip
-    app = open_app(broker_url or settings.broker, app_target)
-    apply_overrides(app, settings)
+    )
+    open_app(broker_url or _group_broker() or settings.broker, app)
     retention = (
         None
         if no_prune
@@ -194,33 +245,42 @@ def tasks(
 ) -> None:
     """List the app's tasks as a worker with these pools would run them: queue, pool,
     model and options (config overrides applied)."""
-    settings = load_settings(config_path)
-    app = load_app(app_target)
-    apply_overrides(app, settings)
+    app, settings = load_configured_app(app_target, config_path)
     pools = [parse_pool_spec(s) for s in pool_specs] or settings.pools or [DEFAULT_POOL]
     rows: list[dict[str, Any]] = []
     for task in sorted(app.tasks.values(), key=lambda t: t.name):
         served = pools_for(task, pools)
         o = task.options
-        rows.append({
-            "task": task.name, "queue": o.queue,
-            "pools": [p.name for p in served], "models": [p.model for p in served],
-            "kind": "coroutine" if task.is_coroutine else "function",
-            "max_attempts": o.max_attempts, "timeout": o.timeout, "priority": o.priority,
-            "transactional": o.transactional,
-            "problem": next((m for p in served if (m := model_mismatch(task, p.model))), None)
-            or (None if served else "no pool serves this queue"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "task": task.name,
+                "queue": o.queue,
+                "pools": [p.name for p in served],
+                "models": [p.model for p in served],
+                "kind": "coroutine" if task.is_coroutine else "function",
+                "max_attempts": o.max_attempts,
+                "timeout": o.timeout,
+                "priority": o.priority,
+                "transactional": o.transactional,
+                "problem": next((m for p in served if (m := model_mismatch(task, p.model))), None)
+                or (None if served else "no pool serves this queue"),
+            }
+        )
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table("task", "queue", "pool", "model", "attempts", "timeout", "priority", "note")
     for r in rows:
         table.add_row(
-            r["task"], r["queue"], ",".join(r["pools"]) or "-", ",".join(r["models"]) or "-",
-            str(r["max_attempts"]), f"{r['timeout']:g}s" if r["timeout"] else "-",
-            str(r["priority"]), r["problem"] or ("transactional" if r["transactional"] else ""),
-        )  # fmt: skip
+            r["task"],
+            r["queue"],
+            ",".join(r["pools"]) or "-",
+            ",".join(r["models"]) or "-",
+            str(r["max_attempts"]),
+            f"{r['timeout']:g}s" if r["timeout"] else "-",
+            str(r["priority"]),
+            r["problem"] or ("transactional" if r["transactional"] else ""),
+        )
     Console().print(table)
 
 
@@ -239,19 +299,32 @@ def tasks(
 @broker_option
 @friendly_errors
 def enqueue(
-    task: str, args_json: str | None, kwargs_json: str | None, queue: str | None,
-    delay: float | None, priority: int | None, unique_key: str | None,
-    max_attempts: int | None, app_target: str | None, broker_url: str | None,
-) -> None:  # fmt: skip
+    task: str,
+    args_json: str | None,
+    kwargs_json: str | None,
+    queue: str | None,
+    delay: float | None,
+    priority: int | None,
+    unique_key: str | None,
+    max_attempts: int | None,
+    app_target: str | None,
+    broker_url: str | None,
+) -> None:
     """Enqueue a job for TASK and print its id. Durable when the command returns."""
     args = parse_json("--args", args_json, list)
     kwargs = parse_json("--kwargs", kwargs_json, dict)
     app = open_app(broker_url, app_target)
     try:
         job = app.enqueue(
-            task, args, kwargs, queue=queue, delay=delay, priority=priority,
-            unique_key=unique_key, max_attempts=max_attempts,
-        )  # fmt: skip
+            task,
+            args,
+            kwargs,
+            queue=queue,
+            delay=delay,
+            priority=priority,
+            unique_key=unique_key,
+            max_attempts=max_attempts,
+        )
     except SerializationError as exc:
         raise ConfigError(str(exc)) from None
     click.echo(job.id)
@@ -290,8 +363,15 @@ def jobs_list(
     table = Table("id", "task", "queue", "state", "attempts", "age", "last error")
     for job in found:
         error = str(job.last_error) if job.last_error else ""
-        table.add_row(str(job.id), job.task, job.queue, job.state.value,
-                      f"{job.attempts}/{job.max_attempts}", _age(job), error[:60])  # fmt: skip
+        table.add_row(
+            str(job.id),
+            job.task,
+            job.queue,
+            job.state.value,
+            f"{job.attempts}/{job.max_attempts}",
+            _age(job),
+            error[:60],
+        )
     Console().print(table)
 
 
@@ -359,9 +439,11 @@ def stats(as_json: bool, broker_url: str | None) -> None:
 @broker_option
 @friendly_errors
 def prune(
-    keep_succeeded_days: float, keep_dead_days: float, keep_cancelled_days: float,
+    keep_succeeded_days: float,
+    keep_dead_days: float,
+    keep_cancelled_days: float,
     broker_url: str | None,
-) -> None:  # fmt: skip
+) -> None:
     """Delete finished jobs older than their retention, in small batches; prints the count."""
     retention = make_retention(keep_succeeded_days, keep_dead_days, keep_cancelled_days)
     deleted = open_app(broker_url).broker.prune(retention)

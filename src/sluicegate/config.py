@@ -1,6 +1,8 @@
 """``sluicegate.toml`` (or ``[tool.sluicegate]`` in pyproject.toml) -> typed settings.
 
 Every error names the file, the key and what is wrong. CLI flags override the file.
+The worker reads it all; an ``App`` reads it too (``App.configure``, once, on first use)
+and applies the ``[tasks.NAME]`` overrides, so producers route by them as workers do.
 
     broker = "sqlite:///jobs.db"
     lease = 30
@@ -24,29 +26,27 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+from collections.abc import Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import ConfigError
 from .names import check_name
+from .task import TASK_OPTION_NAMES, TaskOptions, TaskOptionsDict
 from .worker.pool import PoolSpec
 
 if TYPE_CHECKING:
     from .app import App
+    from .task import Task
 
 DEFAULT_FILES = ("sluicegate.toml", "pyproject.toml")
 TOP_KEYS = {"broker", "lease", "shutdown_timeout", "pools", "tasks"}
 POOL_KEYS = {"queues", "slots", "model", "max_jobs_per_child", "max_memory_mb"}
-TASK_KEYS = {"queue", "max_attempts", "timeout", "priority"}
-
-
-@dataclass(frozen=True, slots=True)
-class TaskOverride:
-    queue: str | None = None
-    max_attempts: int | None = None
-    timeout: float | None = None
-    priority: int | None = None
+# A [tasks.NAME] table overrides the task options a deployment decides and the worker
+# process applies. Not retry_on and transactional (they belong to the function's code),
+# nor the backoff (process-pool children compute it, and they do not read this file).
+TASK_KEYS = TASK_OPTION_NAMES - {"retry_on", "transactional", "backoff_base", "backoff_max"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ class Settings:
     lease: float | None = None
     shutdown_timeout: float | None = None
     pools: list[PoolSpec] = field(default_factory=list)
-    tasks: dict[str, TaskOverride] = field(default_factory=dict)
+    tasks: dict[str, TaskOptionsDict] = field(default_factory=dict)
 
 
 class _Reader:
@@ -72,7 +72,7 @@ class _Reader:
         where = ".".join(p for p in (self.prefix, key) if p)
         return ConfigError(f"{self.path}: {where or '(top level)'}: {problem}")
 
-    def only(self, allowed: set[str]) -> None:
+    def only(self, allowed: Set[str]) -> None:
         for key in self.table:
             if key not in allowed:
                 raise self.error(key, f"unknown key (expected one of {', '.join(sorted(allowed))})")
@@ -167,43 +167,48 @@ def _pool(path: str, name: str, table: Any) -> PoolSpec:
         )
     try:
         return PoolSpec(
-            check_name("pool", name), tuple(weights), slots, model,
-            max_jobs_per_child=max_jobs or 1000, max_memory_mb=max_memory,
+            check_name("pool", name),
+            tuple(weights),
+            slots,
+            model,
+            max_jobs_per_child=max_jobs or 1000,
+            max_memory_mb=max_memory,
             weights=tuple(weights.values()) if isinstance(raw, dict) else None,
-        )  # fmt: skip
+        )
     except ConfigError as exc:  # PoolSpec's own checks (names, model): add file and key
         raise r.error("", str(exc)) from None
 
 
-def _task(path: str, name: str, table: Any) -> TaskOverride:
+def _task(path: str, name: str, table: Any) -> TaskOptionsDict:
     r = _Reader(path, f"tasks.{name}", table)
     r.only(TASK_KEYS)
-    queue = r.text("queue")
-    if queue is not None:
+    for key, value in r.table.items():  # TaskOptions checks; one key at a time, to name it
         try:
-            check_name("queue", queue)
+            TaskOptions(**{key: value})
         except ConfigError as exc:
-            raise r.error("queue", str(exc)) from None
-    priority = r.table.get("priority")
-    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-        raise r.error("priority", f"must be an integer, not {priority!r}")
-    return TaskOverride(
-        queue=queue, max_attempts=r.number("max_attempts", minimum=1, integer=True),
-        timeout=r.number("timeout", minimum=0.001), priority=priority,
-    )  # fmt: skip
+            raise r.error(key, str(exc)) from None
+    return cast(TaskOptionsDict, dict(r.table))
 
 
 def apply_overrides(app: App, settings: Settings) -> None:
-    """Apply ``[tasks.NAME]`` overrides to the app's registered tasks."""
-    for name, override in settings.tasks.items():
-        task = app.tasks.get(name)
-        if task is None:
+    """Apply ``[tasks.NAME]`` overrides to the app's tasks; each must name one of them.
+
+    ``App.configure`` calls this once, on first use; call that rather than this."""
+    for name in settings.tasks:
+        if name not in app.tasks:
             known = ", ".join(sorted(app.tasks)) or "none"
             raise ConfigError(
                 f"{settings.source}: tasks.{name}: no such task in the app (tasks: {known})"
             )
-        changes = {k: v for k, v in dataclasses.asdict(override).items() if v is not None}
+    for task in app.tasks.values():
+        apply_override(task, settings)
+
+
+def apply_override(task: Task[Any, Any], settings: Settings) -> None:
+    """Apply the ``[tasks.NAME]`` override of this task, if the settings have one."""
+    override = settings.tasks.get(task.name)
+    if override:
         try:
-            task.options = dataclasses.replace(task.options, **changes)
-        except ConfigError as exc:
-            raise ConfigError(f"{settings.source}: tasks.{name}: {exc}") from None
+            task.options = dataclasses.replace(task.options, **override)
+        except ConfigError as exc:  # TaskOptions' own checks: add file and key
+            raise ConfigError(f"{settings.source}: tasks.{task.name}: {exc}") from None

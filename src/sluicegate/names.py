@@ -20,7 +20,7 @@ _seen: set[str] = set()  # names already checked: enqueue in bulk checks the sam
 def check_name(kind: str, name: object) -> str:
     """Return ``name`` if it is a valid queue/task/pool name, else raise ConfigError."""
     if not isinstance(name, str):
-        raise ConfigError(f"invalid {kind} name {name!r}: use {NAME_RULE}")
+        raise ConfigError(f"invalid {kind} name {name!r}: must be a string")
     if name in _seen:
         return name
     if NAME_PATTERN.fullmatch(name) is None:

@@ -7,6 +7,7 @@ import traceback as tb
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .errors import ConfigError
 from .job import Claim, ErrorInfo
 from .outcomes import Buried, Failed, Retried
 
@@ -16,14 +17,36 @@ MAX_TRACEBACK = 8_000
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How a task retries. ``retry_on`` empty means every exception is retried."""
+    """How a task backs off between attempts, and which exceptions are worth another one.
 
-    max_attempts: int = 3
+    ``retry_on`` empty means every exception is retried. How many attempts a job gets is
+    not here: it is the job's own ``max_attempts`` (``decide`` takes it).
+    """
+
     backoff_base: float = 1.0
     backoff_factor: float = 2.0
     backoff_max: float = 3600.0
     jitter: float = 0.25
     retry_on: tuple[type[BaseException], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, minimum in (
+            ("backoff_base", 0.0),
+            ("backoff_factor", 1.0),
+            ("backoff_max", 0.0),
+            ("jitter", 0.0),
+        ):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not value >= minimum
+            ):
+                raise ConfigError(f"{name} must be a number >= {minimum:g}, not {value!r}")
+        if not isinstance(self.retry_on, tuple) or not all(
+            isinstance(kind, type) and issubclass(kind, BaseException) for kind in self.retry_on
+        ):
+            raise ConfigError(f"retry_on must be a tuple of exception types, not {self.retry_on!r}")
 
 
 def backoff(policy: RetryPolicy, attempt: int, rand: Callable[[], float] = random.random) -> float:

@@ -1,12 +1,19 @@
-"""Tasks: a registered function plus the options it runs with, and ways to enqueue it."""
+"""Tasks: a registered function plus the options it runs with, and ways to enqueue it.
+
+Each option name is declared once, in a TypedDict that the signatures unpack:
+``TaskOptionsDict`` for ``@app.task(...)`` (and a settings file's ``[tasks.NAME]``),
+``EnqueueOptionsDict`` for ``app.enqueue``, ``app.build_spec`` and ``task.with_options``.
+``TaskOptions`` and ``EnqueueOptions`` are the checked values: they hold the defaults and
+every check, so a bad value is refused the same way wherever it comes from.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 
 from .errors import ConfigError
 from .job import Job
@@ -20,6 +27,35 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+
+class TaskOptionsDict(TypedDict, total=False):
+    """The options of ``@app.task(...)``; defaults and checks are ``TaskOptions``'."""
+
+    queue: str
+    max_attempts: int
+    timeout: float | None
+    priority: int  # lower runs first within a queue
+    retry_on: Sequence[type[BaseException]]  # empty: every exception is retried
+    backoff_base: float
+    backoff_max: float
+    transactional: bool  # gets connection=; its writes commit with the ack (postgresql)
+
+
+class EnqueueOptionsDict(TypedDict, total=False):
+    """One enqueue's options: None (or absent) keeps the task's own."""
+
+    queue: str | None
+    delay: float | dt.timedelta | None
+    run_at: float | dt.datetime | None  # timezone-aware datetime or epoch seconds
+    priority: int | None
+    unique_key: str | None  # while a job with this key is unfinished, return it instead
+    max_attempts: int | None
+    connection: Any  # enqueue in this open transaction (postgresql broker)
+
+
+TASK_OPTION_NAMES = frozenset(TaskOptionsDict.__annotations__)
+ENQUEUE_OPTION_NAMES = frozenset(EnqueueOptionsDict.__annotations__)
 
 
 def check_priority(priority: object) -> int:
@@ -36,30 +72,81 @@ def check_attempts(max_attempts: object) -> int:
     return max_attempts
 
 
+def seconds(value: object, what: str) -> float:
+    """Seconds from a number or a timedelta."""
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{what} must be seconds or a timedelta, not {value!r}")
+    return float(value)
+
+
+def epoch(value: object) -> float:
+    """Epoch seconds from a timezone-aware datetime or a number."""
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            raise ConfigError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        return value.timestamp()
+    return seconds(value, "run_at")
+
+
+def _known(task: str, options: Mapping[str, object], names: frozenset[str]) -> None:
+    unknown = sorted(set(options) - names)
+    if unknown:
+        raise ConfigError(
+            f"task {task!r}: unknown option {unknown[0]!r} (options: {', '.join(sorted(names))})"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class TaskOptions:
-    """How a task is routed and run. Lower ``priority`` runs first within a queue."""
+    """How a task is routed and run: the fields of ``TaskOptionsDict``, with defaults,
+    checked when made. ``retry`` is derived from ``retry_on`` and the backoff fields."""
 
     queue: str = "default"
     max_attempts: int = 3
     timeout: float | None = None
     priority: int = 0
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    transactional: bool = False  # gets connection=; its writes commit with the ack
+    retry_on: Sequence[type[BaseException]] = ()
+    backoff_base: float = 1.0
+    backoff_max: float = 3600.0
+    transactional: bool = False
+    retry: RetryPolicy = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_name("queue", self.queue)
         check_attempts(self.max_attempts)
         check_priority(self.priority)
-        if self.timeout is not None and not (
-            isinstance(self.timeout, int | float) and self.timeout > 0
+        timeout = self.timeout
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
         ):
-            raise ConfigError(f"timeout must be a positive number of seconds, not {self.timeout!r}")
+            raise ConfigError(f"timeout must be a number of seconds > 0, not {timeout!r}")
+        if not isinstance(self.transactional, bool):
+            raise ConfigError(f"transactional must be True or False, not {self.transactional!r}")
+        if not isinstance(self.retry_on, list | tuple):  # a bare class is a common slip
+            raise ConfigError(f"retry_on must be a tuple of exception types, not {self.retry_on!r}")
+        policy = RetryPolicy(
+            backoff_base=self.backoff_base,
+            backoff_max=self.backoff_max,
+            retry_on=tuple(self.retry_on),
+        )
+        object.__setattr__(self, "retry_on", policy.retry_on)
+        object.__setattr__(self, "retry", policy)
+
+    @classmethod
+    def of(cls, task: str, options: Mapping[str, Any]) -> TaskOptions:
+        """``TaskOptions(**options)``; errors name the task (and an unknown option)."""
+        _known(task, options, TASK_OPTION_NAMES)
+        try:
+            return cls(**options)
+        except ConfigError as exc:
+            raise ConfigError(f"task {task!r}: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
 class EnqueueOptions:
-    """Per-enqueue overrides of a task's defaults."""
+    """The fields of ``EnqueueOptionsDict``, checked when made; None keeps the task's own."""
 
     queue: str | None = None
     delay: float | dt.timedelta | None = None
@@ -67,7 +154,41 @@ class EnqueueOptions:
     priority: int | None = None
     unique_key: str | None = None
     max_attempts: int | None = None
-    connection: Any = None  # enqueue in this open transaction (postgresql broker)
+    connection: Any = None
+
+    def __post_init__(self) -> None:
+        if self.queue is not None:
+            check_name("queue", self.queue)
+        if self.delay is not None and self.run_at is not None:
+            raise ConfigError("give delay or run_at, not both")
+        if self.delay is not None:
+            seconds(self.delay, "delay")
+        if self.run_at is not None:
+            epoch(self.run_at)
+        if self.priority is not None:
+            check_priority(self.priority)
+        if self.unique_key is not None and (
+            not isinstance(self.unique_key, str) or not self.unique_key
+        ):
+            raise ConfigError(f"unique_key must be a non-empty string, not {self.unique_key!r}")
+        if self.max_attempts is not None:
+            check_attempts(self.max_attempts)
+
+    @classmethod
+    def of(
+        cls, task: str, options: Mapping[str, Any], base: EnqueueOptions | None = None
+    ) -> EnqueueOptions:
+        """``options`` over ``base`` (or none); errors name the task (and an unknown option)."""
+        if not options:
+            return base or NO_OPTIONS
+        _known(task, options, ENQUEUE_OPTION_NAMES)
+        try:
+            return replace(base, **options) if base is not None else cls(**options)
+        except ConfigError as exc:
+            raise ConfigError(f"task {task!r}: {exc}") from None
+
+
+NO_OPTIONS = EnqueueOptions()
 
 
 class Task(Generic[P, R]):
@@ -90,14 +211,11 @@ class Task(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Store a job that will call this task with these arguments; durable on return."""
-        return self.app.enqueue(self.name, args=list(args), kwargs=dict(kwargs))
+        return self.app._enqueue(self.name, list(args), dict(kwargs), NO_OPTIONS)
 
-    def with_options(self, **options: Any) -> BoundTask[P, R]:
+    def with_options(self, **options: Unpack[EnqueueOptionsDict]) -> BoundTask[P, R]:
         """``task.with_options(delay=60, priority=-1).enqueue(42)``: per-enqueue overrides."""
-        try:
-            return BoundTask(self, EnqueueOptions(**options))
-        except TypeError as exc:
-            raise ConfigError(f"task {self.name!r}: {exc}") from None
+        return BoundTask(self, EnqueueOptions.of(self.name, options))
 
     def enqueue_many(self, calls: Iterable[Sequence[Any]], connection: Any = None) -> list[Job]:
         """Enqueue one job per argument list, all in one transaction (bulk enqueue)."""
@@ -106,16 +224,13 @@ class Task(Generic[P, R]):
 
 @dataclass(frozen=True, slots=True)
 class BoundTask(Generic[P, R]):
+    """A task with per-enqueue options, from ``task.with_options(...)``."""
+
     task: Task[P, R]
     options: EnqueueOptions
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
-        o = self.options
-        return self.task.app.enqueue(
-            self.task.name, args=list(args), kwargs=dict(kwargs), queue=o.queue, delay=o.delay,
-            run_at=o.run_at, priority=o.priority, unique_key=o.unique_key,
-            max_attempts=o.max_attempts, connection=o.connection,
-        )  # fmt: skip
+        return self.task.app._enqueue(self.task.name, list(args), dict(kwargs), self.options)
 
-    def with_options(self, **options: Any) -> BoundTask[P, R]:
-        return BoundTask(self.task, replace(self.options, **options))
+    def with_options(self, **options: Unpack[EnqueueOptionsDict]) -> BoundTask[P, R]:
+        return BoundTask(self.task, EnqueueOptions.of(self.task.name, options, self.options))

@@ -37,8 +37,12 @@ def run(
     full_env.pop("SLUICEGATE_BROKER", None) if env is None else None
     return subprocess.run(
         [sys.executable, "-m", "sluicegate.cli", *args],
-        cwd=workdir, env=full_env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=workdir,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_enqueue_defaults_to_sqlite_file_in_current_folder(workdir: Path) -> None:
@@ -59,9 +63,34 @@ def test_enqueue_with_app_applies_task_options(workdir: Path) -> None:
     assert (shown["queue"], shown["max_attempts"], shown["priority"]) == ("email", 5, 3)
 
 
+def test_enqueue_with_app_applies_the_settings_file_of_the_folder(workdir: Path) -> None:
+    (workdir / "sluicegate.toml").write_text('[tasks.send_reset]\nqueue = "other"\n')
+    result = run(workdir, "enqueue", "send_reset", "--app", "myapp:app")
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(run(workdir, "jobs", "show", result.stdout.strip(), "--json").stdout)
+    assert (shown["queue"], shown["max_attempts"]) == ("other", 5)
+    # Without --app there are no tasks for [tasks.NAME] to name: the file is not read.
+    bare = run(workdir, "enqueue", "send_reset")
+    assert bare.returncode == 0, bare.stderr
+    shown = json.loads(run(workdir, "jobs", "show", bare.stdout.strip(), "--json").stdout)
+    assert shown["queue"] == "default"
+
+
 def test_enqueue_options_and_unique_key(workdir: Path) -> None:
-    args = ["enqueue", "report", "--kwargs", '{"day": "mon"}', "--queue", "reports",
-            "--delay", "60", "--priority", "-1", "--unique-key", "report-mon"]  # fmt: skip
+    args = [
+        "enqueue",
+        "report",
+        "--kwargs",
+        '{"day": "mon"}',
+        "--queue",
+        "reports",
+        "--delay",
+        "60",
+        "--priority",
+        "-1",
+        "--unique-key",
+        "report-mon",
+    ]
     first = run(workdir, *args)
     second = run(workdir, *args)
     assert first.returncode == second.returncode == 0
@@ -87,9 +116,15 @@ def test_stats_json_shape(workdir: Path) -> None:
     data = json.loads(run(workdir, "stats", "--json").stdout)
     assert set(data) == {"queues"}
     assert set(data["queues"]["email"]) == {
-        "scheduled", "ready", "claimed", "running", "succeeded", "dead", "cancelled",
+        "scheduled",
+        "ready",
+        "claimed",
+        "running",
+        "succeeded",
+        "dead",
+        "cancelled",
         "oldest_ready_age_s",
-    }  # fmt: skip
+    }
 
 
 def test_jobs_list_filters_and_json(workdir: Path) -> None:
@@ -170,9 +205,16 @@ def test_payload_over_limit_stores_nothing(workdir: Path) -> None:
 
 
 def test_every_command_has_useful_help(workdir: Path) -> None:
-    for args in (["--help"], ["worker", "--help"], ["enqueue", "--help"], ["jobs", "--help"],
-                 ["jobs", "list", "--help"], ["jobs", "show", "--help"], ["stats", "--help"],
-                 ["demo", "--help"]):  # fmt: skip
+    for args in (
+        ["--help"],
+        ["worker", "--help"],
+        ["enqueue", "--help"],
+        ["jobs", "--help"],
+        ["jobs", "list", "--help"],
+        ["jobs", "show", "--help"],
+        ["stats", "--help"],
+        ["demo", "--help"],
+    ):
         result = run(workdir, *args)
         assert result.returncode == 0
         assert "--broker" in result.stdout or args[0] in ("jobs", "demo")
@@ -192,3 +234,17 @@ def test_migrate_and_prune_commands(workdir: Path) -> None:
     assert json.loads(run(workdir, "jobs", "list", "--json").stdout) == []
     bad = run(workdir, "prune", "--keep-dead-days", "-1")
     assert bad.returncode == 2
+
+
+def test_retention_defaults_are_the_brokers() -> None:
+    """--keep-*-days default to Retention(), in days, for both commands that take them."""
+    from sluicegate.brokers.base import DAY, Retention
+    from sluicegate.cli import prune, worker
+
+    expected = {
+        f"keep_{state.value}_days": seconds / DAY
+        for state, seconds in Retention().by_state().items()
+    }
+    for command in (worker, prune):
+        defaults = {p.name: p.default for p in command.params if p.name in expected}
+        assert defaults == expected

@@ -25,8 +25,12 @@ def sluicegate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env["COLUMNS"] = "250"  # rich wraps tables to the terminal width; keep rows on one line
     return subprocess.run(
         [sys.executable, "-m", "sluicegate.cli", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def rows(cwd: Path, *args: str) -> dict[str, dict[str, Any]]:
@@ -37,14 +41,38 @@ def rows(cwd: Path, *args: str) -> dict[str, dict[str, Any]]:
 
 def test_json_lists_queue_pool_model_and_options(tmp_path: Path) -> None:
     found = rows(tmp_path, *ALL_POOLS)
-    assert set(found) == {"p_ok", "p_raise", "p_hang", "p_exit", "p_segv", "p_blow_up",
-                          "p_sleep", "p_hold", "t_ok", "t_raise", "t_hang", "t_exit", "t_segv",
-                          "a_ok", "a_raise", "a_hang", "a_exit", "a_segv"}  # fmt: skip
+    assert set(found) == {
+        "p_ok",
+        "p_raise",
+        "p_hang",
+        "p_exit",
+        "p_segv",
+        "p_blow_up",
+        "p_sleep",
+        "p_hold",
+        "t_ok",
+        "t_raise",
+        "t_hang",
+        "t_exit",
+        "t_segv",
+        "a_ok",
+        "a_raise",
+        "a_hang",
+        "a_exit",
+        "a_segv",
+    }
     assert found["p_hang"] == {
-        "task": "p_hang", "queue": "proc", "pools": ["proc"], "models": ["process"],
-        "kind": "function", "max_attempts": 2, "timeout": 0.5, "priority": 0,
-        "transactional": False, "problem": None,
-    }  # fmt: skip
+        "task": "p_hang",
+        "queue": "proc",
+        "pools": ["proc"],
+        "models": ["process"],
+        "kind": "function",
+        "max_attempts": 2,
+        "timeout": 0.5,
+        "priority": 0,
+        "transactional": False,
+        "problem": None,
+    }
     assert found["a_ok"]["kind"] == "coroutine"
     assert (found["a_ok"]["pools"], found["a_ok"]["models"]) == (["aio"], ["async"])
     assert (found["t_ok"]["pools"], found["t_ok"]["models"]) == (["thr"], ["thread"])
@@ -88,8 +116,9 @@ def test_coroutine_in_thread_pool_and_function_in_async_pool_are_flagged(
 def test_a_task_served_by_two_pools_lists_both_and_any_misfit(tmp_path: Path) -> None:
     found = rows(tmp_path, "--pool", "fast=aio:4:async", "--pool", "slow=aio,thr:1")
     assert (found["a_ok"]["pools"], found["a_ok"]["models"]) == (
-        ["fast", "slow"], ["async", "thread"],
-    )  # fmt: skip
+        ["fast", "slow"],
+        ["async", "thread"],
+    )
     assert "needs an async pool, not thread" in found["a_ok"]["problem"]
     assert found["t_ok"]["problem"] is None
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +17,8 @@ import pytest
 from sluicegate import App, ConfigError, JobNotFound, JobState, SerializationError, Task
 from sluicegate.brokers import broker_from_url
 from sluicegate.brokers.memory import MemoryBroker
+from sluicegate.retry import RetryPolicy
+from sluicegate.task import EnqueueOptions, EnqueueOptionsDict, TaskOptions, TaskOptionsDict
 
 S = JobState
 
@@ -39,7 +46,16 @@ def test_task_decorator_forms(app: App) -> None:
     def plain(x: int) -> int:
         return x * 2
 
-    @app.task(name="renamed", queue="email", max_attempts=5, priority=-2, timeout=3.5)
+    @app.task(
+        name="renamed",
+        queue="email",
+        max_attempts=5,
+        priority=-2,
+        timeout=3.5,
+        retry_on=[KeyError],
+        backoff_base=2,
+        backoff_max=60,
+    )
     def configured() -> None: ...
 
     assert isinstance(plain, Task) and plain.name == "plain"
@@ -47,7 +63,18 @@ def test_task_decorator_forms(app: App) -> None:
     assert app.tasks == {"plain": plain, "renamed": configured}
     opts = configured.options
     assert (opts.queue, opts.max_attempts, opts.priority, opts.timeout) == ("email", 5, -2, 3.5)
-    assert opts.retry.max_attempts == 5
+    assert opts.retry == RetryPolicy(backoff_base=2, backoff_max=60, retry_on=(KeyError,))
+    assert opts.retry_on == (KeyError,)
+    # max_attempts is stored once: the retry policy has no copy to disagree with
+    assert not hasattr(opts.retry, "max_attempts")
+
+
+def test_option_dicts_name_the_fields_of_the_option_values() -> None:
+    """The TypedDicts the signatures unpack and the checked values have the same names."""
+    task_fields = {f.name for f in dataclasses.fields(TaskOptions) if f.init}
+    enqueue_fields = {f.name for f in dataclasses.fields(EnqueueOptions)}
+    assert set(TaskOptionsDict.__annotations__) == task_fields
+    assert set(EnqueueOptionsDict.__annotations__) == enqueue_fields
 
 
 def test_duplicate_task_registration_is_refused(app: App) -> None:
@@ -89,13 +116,30 @@ def test_invalid_queue_names_are_refused(app: App, queue: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "options",
-    [{"max_attempts": 0}, {"max_attempts": True}, {"priority": 1.5}, {"priority": 2**31},
-     {"timeout": 0}, {"timeout": -1}],
-)  # fmt: skip
-def test_invalid_task_options_are_refused(app: App, options: dict[str, Any]) -> None:
-    with pytest.raises(ConfigError):
-        app.task(**options)(lambda: None)
+    ("options", "problem"),
+    [
+        ({"max_attempts": 0}, "max_attempts must be an integer >= 1, not 0"),
+        ({"max_attempts": True}, "max_attempts must be an integer >= 1, not True"),
+        ({"priority": 1.5}, "priority must be an integer, not 1.5"),
+        ({"priority": 2**31}, "priority 2147483648 is out of range"),
+        ({"timeout": 0}, "timeout must be a number of seconds > 0, not 0"),
+        ({"timeout": -1}, "timeout must be a number of seconds > 0, not -1"),
+        ({"timeout": True}, "timeout must be a number of seconds > 0, not True"),
+        ({"retry_on": ValueError}, "retry_on must be a tuple of exception types"),
+        ({"retry_on": (ValueError, int)}, "retry_on must be a tuple of exception types"),
+        ({"backoff_base": -1}, "backoff_base must be a number >= 0, not -1"),
+        ({"backoff_max": "1h"}, "backoff_max must be a number >= 0, not '1h'"),
+        ({"transactional": "yes"}, "transactional must be True or False"),
+        ({"retries": 3}, "unknown option 'retries' (options: backoff_base, backoff_max,"),
+    ],
+)
+def test_invalid_task_options_are_refused(app: App, options: dict[str, Any], problem: str) -> None:
+    def job() -> None: ...
+
+    with pytest.raises(ConfigError) as err:
+        app.task(**options)(job)
+    assert str(err.value).startswith(f"task 'job': {problem}"), err.value
+    assert app.tasks == {}
 
 
 # ---- enqueueing ----------------------------------------------------------------------------
@@ -218,7 +262,33 @@ def test_with_options_rejects_unknown_options(app: App) -> None:
     def t() -> None: ...
 
     with pytest.raises(ConfigError, match=r"'t'.*bogus"):
-        t.with_options(bogus=1)
+        t.with_options(bogus=1)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match=r"^task 't': unknown option 'bogus' \(options: conn"):
+        t.with_options(delay=1).with_options(bogus=1)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match=r"^task 'named': unknown option 'dely'"):
+        app.enqueue("named", dely=5)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match=r"^task 'named': unknown option 'dely'"):
+        app.build_spec("named", dely=5)  # type: ignore[call-arg]
+    assert_nothing_stored(app)
+
+
+def test_chained_options_are_checked_together(app: App) -> None:
+    @app.task
+    def t() -> None: ...
+
+    with pytest.raises(ConfigError, match=r"^task 't': give delay or run_at, not both"):
+        t.with_options(delay=1).with_options(run_at=dt.datetime.now(dt.UTC))
+    assert t.with_options(delay=1).with_options(delay=None, run_at=0.0).enqueue().run_at == 0.0
+
+
+def test_build_spec_takes_the_enqueue_options(app: App) -> None:
+    @app.task(queue="email", priority=3)
+    def mail(n: int) -> None: ...
+
+    spec = app.build_spec("mail", [1], delay=30, max_attempts=2, unique_key="k")
+    assert (spec.queue, spec.priority, spec.max_attempts) == ("email", 3, 2)
+    assert (spec.delay, spec.unique_key, spec.args_json) == (30.0, "k", "[1]")
+    assert app.broker.enqueue([spec])[0].state is S.SCHEDULED
 
 
 @pytest.mark.parametrize("priority", [1.5, "1", True, -(2**31) - 1])
@@ -267,8 +337,9 @@ def test_app_enqueue_many_mixes_tasks(app: App) -> None:
 
     jobs = app.enqueue_many([("one", [1], {}), ("not_here", [], {"k": 2})])
     assert [(j.task, j.queue, j.args, j.kwargs) for j in jobs] == [
-        ("one", "a", [1], {}), ("not_here", "default", [], {"k": 2}),
-    ]  # fmt: skip
+        ("one", "a", [1], {}),
+        ("not_here", "default", [], {"k": 2}),
+    ]
 
 
 def test_enqueue_many_is_all_or_nothing(app: App) -> None:
@@ -372,10 +443,76 @@ def test_broker_instance_and_env_default(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 @pytest.mark.parametrize(
-    "url", ["nothing", "redis://localhost", "sqlite://host/x.db", "sqlite:///", "sqlite:///:memory:",
-            "sqlite:///x.db?bogus=1", "sqlite:///x.db?synchronous=sometimes",
-            "sqlite:////no/such/folder/x.db"],
-)  # fmt: skip
+    "url",
+    [
+        "nothing",
+        "redis://localhost",
+        "sqlite://host/x.db",
+        "sqlite:///",
+        "sqlite:///:memory:",
+        "sqlite:///x.db?bogus=1",
+        "sqlite:///x.db?synchronous=sometimes",
+        "sqlite:////no/such/folder/x.db",
+    ],
+)
 def test_bad_broker_urls(url: str) -> None:
     with pytest.raises(ConfigError):
         broker_from_url(url)
+
+
+# ---- the options are typed: mypy --strict checks callers ----------------------------------
+TYPED_CALLERS = """
+import datetime as dt
+from sluicegate import App
+
+app = App(broker="memory://")
+
+@app.task
+def plain(x: int) -> int:
+    return x
+
+@app.task(queue="email", max_attempts=5, timeout=30, retry_on=(ConnectionError,))
+def send_reset(user_id: int) -> None: ...
+
+send_reset.enqueue(42)
+send_reset.with_options(delay=60, priority=-1, unique_key="k").enqueue(42)
+send_reset.with_options(queue="q").with_options(run_at=dt.datetime.now(dt.UTC)).enqueue(1)
+send_reset.enqueue_many([(1,), (2,), (3,)])
+app.enqueue("send_reset", args=[42], kwargs={}, queue=None, delay=None, priority=None,
+            unique_key=None)
+app.enqueue("send_reset", [1], max_attempts=2, connection=None)
+app.build_spec("send_reset", [1], delay=dt.timedelta(seconds=3))
+
+app.task(max_attemps=5)  # E: call-overload
+app.task(priority="high")  # E: call-overload
+send_reset.with_options(delya=60)  # E: call-arg
+send_reset.with_options(priority="low")  # E: arg-type
+send_reset.with_options(queue="q").with_options(unique=1)  # E: call-arg
+app.enqueue("x", dealy=1)  # E: call-arg
+app.build_spec("x", queue=3)  # E: arg-type
+send_reset.enqueue("not an int")  # E: arg-type
+"""
+
+
+def test_option_names_and_types_are_checked_by_mypy(tmp_path: Path) -> None:
+    """Callers of the README surface type-check; a misspelt or mistyped option does not."""
+    source = tmp_path / "callers.py"
+    source.write_text(TYPED_CALLERS)
+    command = [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--no-error-summary"]
+    result = subprocess.run(
+        [*command, "--cache-dir", os.devnull, str(source)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    found: dict[int, set[str]] = {}
+    for line in result.stdout.splitlines():
+        if match := re.match(r".*callers\.py:(\d+): error: .*\[([a-z-]+)\]$", line):
+            found.setdefault(int(match[1]), set()).add(match[2])
+    expected = {
+        number: {text.partition("# E: ")[2]}
+        for number, text in enumerate(TYPED_CALLERS.splitlines(), start=1)
+        if "# E: " in text
+    }
+    assert found == expected, result.stdout

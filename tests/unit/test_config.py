@@ -6,6 +6,7 @@ Every error names the file, the key and the problem. The last tests run real
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from sluicegate import App
-from sluicegate.config import Settings, TaskOverride, apply_overrides, load_settings
+from sluicegate.config import Settings, apply_overrides, load_settings
 from sluicegate.errors import ConfigError
+from sluicegate.task import TaskOptionsDict
 from sluicegate.worker import PoolSpec
 
 FULL = """\
@@ -70,7 +72,7 @@ def test_sluicegate_toml_in_current_folder(here: Path) -> None:
     assert settings.shutdown_timeout == 0
     assert settings.pools == EXPECTED_POOLS
     assert settings.tasks == {
-        "send_reset": TaskOverride(queue="email", max_attempts=5, timeout=30, priority=-2)
+        "send_reset": TaskOptionsDict(queue="email", max_attempts=5, timeout=30, priority=-2)
     }
 
 
@@ -88,7 +90,7 @@ def test_pyproject_tool_table(here: Path) -> None:
     assert settings.source == "pyproject.toml [tool.sluicegate]"
     assert settings.lease == 12.5
     assert settings.pools == EXPECTED_POOLS
-    assert settings.tasks["send_reset"].max_attempts == 5
+    assert settings.tasks["send_reset"]["max_attempts"] == 5
 
 
 def test_sluicegate_toml_wins_over_pyproject(here: Path) -> None:
@@ -169,8 +171,14 @@ ERRORS = [
     ("[tasks]\nt = 5", "tasks.t", "must be a table"),
     ("[tasks.t]\nretries = 3", "tasks.t.retries", "unknown key"),
     ("[tasks.t]\nmax_attempts = 0", "tasks.t.max_attempts", "must be an integer >= 1"),
+    ("[tasks.t]\nmax_attempts = 1.5", "tasks.t.max_attempts", "must be an integer >= 1"),
     ('[tasks.t]\ntimeout = "5"', "tasks.t.timeout", "must be a number"),
+    ("[tasks.t]\ntimeout = 0", "tasks.t.timeout", "must be a number of seconds > 0, not 0"),
+    ("[tasks.t]\ntimeout = true", "tasks.t.timeout", "must be a number of seconds > 0"),
     ("[tasks.t]\npriority = 1.5", "tasks.t.priority", "must be an integer"),
+    ("[tasks.t]\npriority = 2147483648", "tasks.t.priority", "out of range"),
+    ("[tasks.t]\nretry_on = []", "tasks.t.retry_on", "unknown key"),
+    ("[tasks.t]\ntransactional = true", "tasks.t.transactional", "unknown key"),
     ("[tasks.t]\nqueue = 3", "tasks.t.queue", "must be a string"),
     ('[tasks.t]\nqueue = "no spaces"', "tasks.t.queue", "invalid queue name"),
 ]
@@ -190,6 +198,16 @@ def test_errors_name_file_key_and_problem(
     assert message.startswith(f"{path}: "), message
     assert f" {key}: " in message or f" {key}." in message, message
     assert problem in message, message
+
+
+def test_task_option_errors_are_the_domain_checks_with_file_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "sluicegate.toml"
+    path.write_text('[tasks.send_reset]\npriority = "high"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(str(path))
+    assert str(err.value) == (
+        f"{path}: tasks.send_reset.priority: priority must be an integer, not 'high'"
+    )
 
 
 def test_errors_in_pyproject_name_the_tool_table(here: Path) -> None:
@@ -242,9 +260,8 @@ def test_apply_overrides_changes_task_options(here: Path) -> None:
     app = overrides_app()
     apply_overrides(app, load_settings())
     options = app.tasks["send_reset"].options
-    assert (options.queue, options.max_attempts, options.timeout, options.priority) == (
-        "email", 5, 30, -2,
-    )  # fmt: skip
+    assert (options.queue, options.max_attempts, options.timeout) == ("email", 5, 30)
+    assert options.priority == -2
     assert app.tasks["other"].options.queue == "default"  # untouched
     job = app.tasks["send_reset"].enqueue(1)  # routing and budget follow the override
     assert (job.queue, job.max_attempts, job.priority) == ("email", 5, -2)
@@ -260,6 +277,126 @@ def test_override_of_an_unknown_task_names_file_key_and_the_known_tasks(here: Pa
         "sluicegate.toml: tasks.send_rest: no such task in the app (tasks: other, send_reset)"
     )
     app.close()
+
+
+# ---- producers apply [tasks.NAME] too: App(config=...) -----------------------------------------
+
+
+def test_a_producer_applies_the_settings_file_of_its_folder(here: Path) -> None:
+    (here / "sluicegate.toml").write_text('[tasks.x]\nqueue = "other"\nmax_attempts = 7\n')
+    app = App(broker=f"sqlite:///{here / 'jobs.db'}")
+
+    @app.task
+    def x() -> None: ...
+
+    assert x.options.queue == "default"  # nothing is read before first use
+    job = x.enqueue()
+    assert (job.queue, job.max_attempts) == ("other", 7)
+    assert app.get_job(job.id).queue == "other"
+    assert app.enqueue("x").queue == "other"  # by name
+    assert x.with_options(priority=1).enqueue().queue == "other"
+    assert x.with_options(queue="mine").enqueue().queue == "mine"  # per enqueue still wins
+    assert [j.queue for j in app.enqueue_many([("x", [], {})])] == ["other"]
+    (here / "sluicegate.toml").write_text('[tasks.x]\nqueue = "third"\n')
+    assert x.enqueue().queue == "other"  # read once
+    claimed = app.broker.claim(["other"], 10, 30, "w")
+    assert len(claimed) == 5
+    app.close()
+
+
+def test_pyproject_tool_table_reaches_a_producer_too(here: Path) -> None:
+    (here / "pyproject.toml").write_text("[tool.sluicegate.tasks.x]\npriority = -5\n")
+    app = App(broker="memory://")
+
+    @app.task
+    def x() -> None: ...
+
+    assert x.enqueue().priority == -5
+    assert app.configure().source == "pyproject.toml [tool.sluicegate]"
+
+
+def test_config_path_and_config_false(here: Path, tmp_path: Path) -> None:
+    (here / "sluicegate.toml").write_text('[tasks.x]\nqueue = "from_folder"\n')
+    elsewhere = tmp_path / "conf" / "prod.toml"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text('[tasks.x]\nqueue = "from_path"\n')
+    for config, queue in (
+        (elsewhere, "from_path"),
+        (str(elsewhere), "from_path"),
+        (False, "default"),
+    ):
+        app = App(broker="memory://", config=config)
+
+        @app.task
+        def x() -> None: ...
+
+        assert x.enqueue().queue == queue, config
+
+
+def test_configure_applies_once_and_later_tasks_get_their_override(here: Path) -> None:
+    (here / "sluicegate.toml").write_text("[tasks.late]\ntimeout = 5\n[tasks.early]\ntimeout = 6\n")
+    app = App(broker="memory://")
+
+    @app.task
+    def early() -> None: ...
+
+    with pytest.raises(ConfigError, match=r"tasks\.late: no such task in the app"):
+        app.configure()  # a task the app does not have (yet) is an error, and nothing is kept
+    assert early.options.timeout is None
+
+    @app.task
+    def late() -> None: ...
+
+    settings = app.configure()
+    assert app.configure() is settings
+    assert (early.options.timeout, late.options.timeout) == (6, 5)
+
+    @app.task(queue="q")
+    def later() -> None: ...  # no override: untouched
+
+    assert later.options.queue == "q"
+
+
+def test_an_override_of_an_unknown_task_fails_the_enqueue_and_stores_nothing(
+    here: Path,
+) -> None:
+    (here / "sluicegate.toml").write_text("[tasks.send_rest]\ntimeout = 3\n")
+    app = App(broker=f"sqlite:///{here / 'jobs.db'}")  # no error when made: nothing read yet
+    app.task(name="send_reset")(lambda: None)
+    message = "sluicegate.toml: tasks.send_rest: no such task in the app (tasks: send_reset)"
+    for attempt in range(2):  # every enqueue says so, not just the first
+        with pytest.raises(ConfigError) as err:
+            app.enqueue("send_reset")
+        assert str(err.value) == message, attempt
+    assert app.broker.list_jobs() == []
+    app.close()
+
+
+def test_use_config_chooses_the_file_before_it_is_applied(here: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.toml"
+    other.write_text('[tasks.x]\nqueue = "other"\n')
+    app = App(broker="memory://")
+
+    @app.task
+    def x() -> None: ...
+
+    app.use_config(other)
+    assert x.enqueue().queue == "other"
+    app.use_config(other)  # the same again: fine
+    with pytest.raises(ConfigError, match="already applied"):
+        app.use_config(None)
+
+
+def test_a_bad_settings_file_is_reported_on_first_use_not_when_the_app_is_made(
+    here: Path,
+) -> None:
+    (here / "sluicegate.toml").write_text("[tasks.x]\npriority = 1.5\n")
+    app = App(broker="memory://")
+    app.task(name="x")(lambda: None)
+    with pytest.raises(
+        ConfigError, match=r"^sluicegate\.toml: tasks\.x\.priority: priority must be an integer"
+    ):
+        app.enqueue("x")
 
 
 # ---- CLI flags override the file (real `sluicegate worker --burst`) ------------------------
@@ -308,8 +445,12 @@ def sluicegate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SLUICEGATE_BROKER"}
     return subprocess.run(
         [sys.executable, "-m", "sluicegate.cli", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture
@@ -352,9 +493,18 @@ def test_flags_override_pools_lease_and_broker(
     app = producer("from_flag.db")
     on_a, on_b = app.enqueue("on_a", queue="a"), app.enqueue("on_b", queue="b")
     result = sluicegate(
-        project, "worker", "cliapp:app", "--burst", "--no-prune",
-        "--pool", "from_flag=b:1", "--lease", "7", "--broker", "sqlite:///from_flag.db",
-    )  # fmt: skip
+        project,
+        "worker",
+        "cliapp:app",
+        "--burst",
+        "--no-prune",
+        "--pool",
+        "from_flag=b:1",
+        "--lease",
+        "7",
+        "--broker",
+        "sqlite:///from_flag.db",
+    )
     assert result.returncode == 0, result.stderr
     assert "from_flag=b:1:thread" in result.stderr
     assert "from_config" not in result.stderr  # --pool replaces the file's pools
@@ -363,6 +513,19 @@ def test_flags_override_pools_lease_and_broker(
     assert 3 < done.result["lease_left"] <= 7  # --lease, not the file's 120
     assert app.get_job(on_a.id).state.value == "ready"
     assert not (project / "from_config.db").exists()  # --broker replaced the file's broker
+
+
+def test_the_group_broker_flag_beats_the_file_too(
+    project: Path, producer: Callable[[str], App]
+) -> None:
+    app = producer("from_group.db")
+    job = app.enqueue("on_a", queue="a")
+    result = sluicegate(
+        project, "--broker", "sqlite:///from_group.db", "worker", "cliapp:app", "--burst"
+    )
+    assert result.returncode == 0, result.stderr
+    assert app.get_job(job.id).state.value == "succeeded"
+    assert not (project / "from_config.db").exists()
 
 
 def test_explicit_config_flag_and_task_overrides_reach_the_worker(
@@ -378,6 +541,22 @@ def test_explicit_config_flag_and_task_overrides_reach_the_worker(
     assert dead.state.value == "dead"  # [tasks.slow] timeout = 0.2 applied
     assert dead.last_error is not None
     assert dead.last_error.message == "timed out after 0.2 s"
+
+
+def test_the_cli_reads_the_settings_file_the_app_names(project: Path) -> None:
+    """App(config=PATH): the worker and `tasks` take pools and overrides from that file."""
+    (project / "sluicegate.toml").rename(project / "prod.toml")
+    (project / "sluicegate.toml").write_text("[pools.ignored]\nslots = 1\n")
+    source = (project / "cliapp.py").read_text()
+    (project / "cliapp.py").write_text(source.replace("App()", 'App(config="prod.toml")'))
+    result = sluicegate(project, "tasks", "cliapp:app", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["task"]: row for row in json.loads(result.stdout)}
+    assert rows["slow"]["timeout"] == 0.2 and rows["slow"]["pools"] == ["from_config"]
+    assert rows["on_b"]["pools"] == []
+    flag = sluicegate(project, "tasks", "cliapp:app", "--json", "--config", "sluicegate.toml")
+    assert flag.returncode == 0, flag.stderr
+    assert {row["task"]: row for row in json.loads(flag.stdout)}["slow"]["timeout"] is None
 
 
 @pytest.mark.parametrize(

@@ -24,9 +24,9 @@ from typing import Any
 
 from ..app import App
 
-app = App()
+app = App(config=False)  # the demo's own tasks: a settings file where it runs is not for them
 app.import_path = "sluicegate.demo.tasks:app"
-shared_app = App()
+shared_app = App(config=False)
 shared_app.import_path = "sluicegate.demo.tasks:shared_app"
 
 CHUNK = 1 << 20  # bytes hashed per round of burn()
