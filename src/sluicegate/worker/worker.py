@@ -30,11 +30,14 @@ from ..job import Claim, ClaimedJob, Event
 from ..loading import app_path
 from ..outcomes import Buried, Outcome, Report, Settled
 from .executors import Executor, WorkItem, make_executor
-from .leases import LeaseKeeper
 from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools, weighted_shares
-from .pruner import Pruner
 from .routing import check_tasks_fit, model_mismatch
 from .runner import make_work, refused, timed_out
+from .services.backoff import Backoff
+from .services.base import Counters
+from .services.leases import LeaseKeeper
+from .services.pruner import Pruner
+from .services.recoverer import Recoverer
 
 if TYPE_CHECKING:
     from ..app import App
@@ -46,18 +49,6 @@ HEALTHY_POLL_FACTOR = 5.0  # safety poll every 5 x poll_interval while wake-ups 
 def new_worker_id() -> str:
     """Unique per process start: host and pid for humans, random suffix for uniqueness."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(slots=True)
-class Counters:
-    claimed: int = 0
-    succeeded: int = 0
-    retried: int = 0
-    dead: int = 0
-    released: int = 0
-    recovered: int = 0
-    lease_lost: int = 0
-    timed_out: int = 0
 
 
 @dataclass(slots=True)
@@ -101,8 +92,9 @@ class Worker:
         self.counters = Counters()
         # Retention of finished jobs; None (the default for embedded use) keeps them all.
         self.pruner = Pruner(self.broker, retention, prune_interval) if retention else None
-        self.leases = LeaseKeeper(self.broker, lease)
-        self.recover_interval = max(0.2, min(lease / 3, 10.0))
+        self.leases = LeaseKeeper(self.broker, lease, self.counters, on_lost=self._abandon)
+        self.recoverer = Recoverer(self.broker, lease, self.counters)
+        self.backoff = Backoff()
         self._executors: dict[str, Executor] = {}
         self._wake = threading.Event()
         self._done: collections.deque[tuple[WorkItem, Report]] = collections.deque()
@@ -111,10 +103,7 @@ class Worker:
         self._pending: list[Outcome] = []
         self._stop_requests = 0
         self._stop_deadline: float | None = None
-        self._backoff_delay = 0.0
-        self._backoff_until = 0.0
         self._next_poll = 0.0
-        self._next_recover = 0.0
         self._next_due: float | None = None
         self._wake_gen = 0
 
@@ -150,7 +139,7 @@ class Worker:
         unsubscribe = self.broker.subscribe(self._on_wakeup)
         if self.pruner is not None:
             self.pruner.start()
-        self._next_recover = time.monotonic()
+        self.recoverer.start()
         self._next_poll = time.monotonic() + self.poll_interval
         log.info("worker %s started: %s", self.worker_id, self._describe())
         try:
@@ -159,15 +148,17 @@ class Worker:
                 self._collect(now)
                 if self._stop_requests and self._shutdown_step(now):
                     break
-                if self._backoff_until <= now and not self._stop_requests:
+                if self.backoff.until <= now and not self._stop_requests:
                     self._claim_turn(now)  # claims and dispatches; outcomes are written next
-                if self._backoff_until <= now:
+                if self.backoff.until <= now:
                     self._flush()
                     if self.burst and self._idle_and_drained():
-                        self._guarded(self._recover)  # expired leases count as work to drain
+                        self._guarded(
+                            self.recoverer.recover
+                        )  # expired leases count as work to drain
                         if self._idle_and_drained():
                             break
-                if self._backoff_until <= now:
+                if self.backoff.until <= now:
                     self._maintain(now)
                 if self._done or self._started:
                     self._wake.clear()
@@ -199,16 +190,15 @@ class Worker:
 
     def _maintain(self, now: float) -> None:
         """Heartbeat when due; recover expired leases (anyone's) when due."""
-        self._guarded(self._heartbeat, now)
-        if self._backoff_until <= now and now >= self._next_recover:
-            self._next_recover = now + self.recover_interval * random.uniform(0.8, 1.2)
-            self._guarded(self._recover)
+        self._guarded(self.leases.run, now)
+        if self.backoff.until <= now and self.recoverer.due_in(now) <= 0:
+            self._guarded(self.recoverer.run, now)
 
     def _wait_timeout(self, now: float) -> float:
         """Sleep until the nearest timer that can act now (never a timer already past)."""
-        if self._backoff_until > now:
-            return self._backoff_until - now
-        timers = [self._next_recover - now, self.leases.due_in(now), self._nearest_deadline(now)]
+        if self.backoff.until > now:
+            return self.backoff.until - now
+        timers = [self.recoverer.due_in(now), self.leases.due_in(now), self._nearest_deadline(now)]
         if self._stop_requests:
             if self._stop_deadline is not None:
                 timers.append(self._stop_deadline - now)
@@ -299,9 +289,9 @@ class Worker:
             lost = self.broker.record(started, outcomes)
         except Exception as exc:
             self._put_back(started, outcomes)
-            self._broker_trouble(exc)
+            self.backoff.failed(exc)
             return
-        self._broker_ok()
+        self.backoff.ok()
         self._recorded(outcomes, lost)
 
     def _recorded(self, outcomes: list[Outcome], lost: list[Claim]) -> None:
@@ -369,9 +359,9 @@ class Worker:
                     if due is not None:
                         next_due = due if next_due is None else min(next_due, due)
             except Exception as exc:
-                self._broker_trouble(exc)
+                self.backoff.failed(exc)
                 return None
-            self._broker_ok()
+            self.backoff.ok()
         return next_due
 
     def _claim(self, pool: PoolState, wanted: int) -> list[ClaimedJob]:
@@ -431,37 +421,11 @@ class Worker:
         if flight is not None:
             flight.abandoned = True
 
-    def _heartbeat(self, now: float) -> None:
-        for claim in self.leases.beat_if_due(now):
-            self.counters.lease_lost += 1
-            self._abandon(claim)
-
-    def _recover(self) -> None:
-        recovery = self.broker.recover_expired()
-        if recovery.requeued or recovery.dead:
-            self.counters.recovered += len(recovery.requeued) + len(recovery.dead)
-            log.warning(
-                "recovered expired leases: %d back to ready, %d dead (attempts exhausted)",
-                len(recovery.requeued), len(recovery.dead),
-            )  # fmt: skip
-
     def _guarded(self, step: object, *args: object) -> None:
         try:
             step(*args)  # type: ignore[operator]
         except Exception as exc:
-            self._broker_trouble(exc)
-
-    def _broker_trouble(self, exc: Exception) -> None:
-        """Back off with capped, jittered, doubling delays; log once per outage."""
-        if self._backoff_delay == 0.0:
-            log.error("broker error (will retry): %s", exc)
-        self._backoff_delay = min(max(self._backoff_delay * 2, 0.05), 5.0)
-        self._backoff_until = time.monotonic() + self._backoff_delay * random.uniform(0.5, 1.0)
-
-    def _broker_ok(self) -> None:
-        if self._backoff_delay:
-            log.info("broker reachable again")
-        self._backoff_delay = 0.0
+            self.backoff.failed(exc)
 
     def _nearest_deadline(self, now: float) -> float:
         deadlines = [f.deadline for f in self._inflight.values() if f.deadline and not f.abandoned]
