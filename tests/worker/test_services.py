@@ -1,13 +1,15 @@
 """Each service of the worker loop on its own, against a real broker, with no loop running.
 
 Time is passed in (``now``) and, where leases must expire, the broker gets a fake
-clock.
+clock. Broker failure is a real broker whose ``record`` raises ``BrokerUnavailable``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +18,23 @@ from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.brokers.sqlite import SQLiteBroker
 from sluicegate.errors import BrokerUnavailable
 from sluicegate.job import Claim, JobSpec
-from sluicegate.worker.services import Backoff, Counters, LeaseKeeper, Recoverer
+from sluicegate.outcomes import Outcome, Succeeded
+from sluicegate.worker.services import Backoff, Counters, LeaseKeeper, Recoverer, ResultWriter
+
+
+class FlakyBroker(SQLiteBroker):
+    """A real SQLite broker whose batched write fails while ``down`` is set."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.down = False
+        self.writes: list[tuple[list[Claim], list[Outcome]]] = []
+
+    def record(self, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> list[Claim]:
+        if self.down:
+            raise BrokerUnavailable("database is unreachable")
+        self.writes.append((list(started), list(outcomes)))
+        return super().record(started, outcomes)
 
 
 class Clock:
@@ -29,6 +47,65 @@ class Clock:
 
 def enqueue(broker: MemoryBroker | SQLiteBroker, queue: str, n: int = 1) -> None:
     broker.enqueue([JobSpec("t", queue, "[]", "{}") for _ in range(n)])
+
+
+@pytest.fixture
+def flaky(tmp_path: Path) -> Iterator[FlakyBroker]:
+    broker = FlakyBroker(f"sqlite:///{tmp_path}/jobs.db")
+    yield broker
+    broker.close()
+
+
+# ---- result writer -----------------------------------------------------------------------
+def test_result_writer_puts_back_on_broker_failure_nothing_lost_order_kept(
+    flaky: FlakyBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="sluicegate.worker")
+    enqueue(flaky, "q", 3)
+    claims = [c.claim for c in flaky.claim(["q"], 3, 30, "w")]
+    leases = LeaseKeeper(flaky, 30)
+    leases.hold(claims)
+    counters, backoff = Counters(), Backoff()
+    writer = ResultWriter(flaky, leases, counters, backoff)
+    for claim in claims:
+        writer.started(claim)
+    first = [Succeeded(c, "1") for c in claims[:2]]
+    for outcome in first:
+        writer.add(outcome)
+
+    flaky.down = True
+    writer.run(time.monotonic())
+    assert flaky.writes == []
+    assert writer.unwritten == 5 and writer.due_in(0) == 0
+    assert backoff.delay > 0 and not backoff.ready(time.monotonic())
+    assert [flaky.get_job(c.job_id).state for c in claims] == [JobState.CLAIMED] * 3  # type: ignore[union-attr]
+
+    last = Succeeded(claims[2], "3")  # came in during the outage: written after the rest
+    writer.add(last)
+    flaky.down = False
+    writer.flush()
+    assert flaky.writes == [(claims, [*first, last])]
+    assert writer.unwritten == 0 and writer.due_in(0) is None
+    assert [flaky.get_job(c.job_id).state for c in claims] == [JobState.SUCCEEDED] * 3  # type: ignore[union-attr]
+    assert counters.succeeded == 3 and not leases.held
+    assert backoff.delay == 0
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages.count("broker error (will retry): database is unreachable") == 1
+    assert messages.count("broker reachable again") == 1
+
+
+def test_result_writer_reports_refused_outcomes_as_lost(flaky: FlakyBroker) -> None:
+    enqueue(flaky, "q")
+    (claimed,) = flaky.claim(["q"], 1, 30, "w")
+    flaky.release([claimed.claim])  # someone else ended this claim: the token is stale
+    lost: list[Claim] = []
+    counters = Counters()
+    writer = ResultWriter(flaky, LeaseKeeper(flaky, 30), counters, on_lost=lost.append)
+    writer.add(Succeeded(claimed.claim, "null"))
+    writer.flush()
+    assert lost == [claimed.claim]
+    assert (counters.lease_lost, counters.succeeded) == (1, 0)
+    assert flaky.get_job(claimed.claim.job_id).state == JobState.READY  # type: ignore[union-attr]
 
 
 # ---- lease keeper and recoverer --------------------------------------------------------------

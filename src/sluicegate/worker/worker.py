@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 from ..brokers import Broker, Retention
 from ..codec import DEFAULT_PAYLOAD_LIMIT
 from ..errors import ConfigError
-from ..job import Claim, ClaimedJob, Event
+from ..job import Claim, ClaimedJob
 from ..loading import app_path
-from ..outcomes import Buried, Outcome, Report, Settled
+from ..outcomes import Report, Settled
 from .executors import Executor, WorkItem, make_executor
 from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools, weighted_shares
 from .routing import check_tasks_fit, model_mismatch
@@ -38,6 +38,7 @@ from .services.base import Counters
 from .services.leases import LeaseKeeper
 from .services.pruner import Pruner
 from .services.recoverer import Recoverer
+from .services.results import ResultWriter
 
 if TYPE_CHECKING:
     from ..app import App
@@ -95,12 +96,13 @@ class Worker:
         self.leases = LeaseKeeper(self.broker, lease, self.counters, on_lost=self._abandon)
         self.recoverer = Recoverer(self.broker, lease, self.counters)
         self.backoff = Backoff()
+        self.results = ResultWriter(
+            self.broker, self.leases, self.counters, self.backoff, on_lost=self._abandon
+        )
         self._executors: dict[str, Executor] = {}
         self._wake = threading.Event()
         self._done: collections.deque[tuple[WorkItem, Report]] = collections.deque()
-        self._started: collections.deque[Claim] = collections.deque()
         self._inflight: dict[Claim, InFlight] = {}
-        self._pending: list[Outcome] = []
         self._stop_requests = 0
         self._stop_deadline: float | None = None
         self._next_poll = 0.0
@@ -151,7 +153,7 @@ class Worker:
                 if self.backoff.until <= now and not self._stop_requests:
                     self._claim_turn(now)  # claims and dispatches; outcomes are written next
                 if self.backoff.until <= now:
-                    self._flush()
+                    self.results.flush()
                     if self.burst and self._idle_and_drained():
                         self._guarded(
                             self.recoverer.recover
@@ -160,7 +162,7 @@ class Worker:
                             break
                 if self.backoff.until <= now:
                     self._maintain(now)
-                if self._done or self._started:
+                if self._done or (self.results.unwritten and self.backoff.until <= now):
                     self._wake.clear()
                     continue
                 self._wake.wait(self._wait_timeout(now))
@@ -224,7 +226,7 @@ class Worker:
 
     # ---- callbacks from executors and the broker (any thread) ----------------------
     def _on_start(self, item: WorkItem) -> None:
-        self._started.append(item.claimed.claim)
+        self.results.started(item.claimed.claim)
         self._wake.set()
 
     def _on_done(self, item: WorkItem, outcome: Report) -> None:
@@ -250,9 +252,9 @@ class Worker:
                 continue
             flight.pool.busy.pop(item.claimed.claim, None)
             if isinstance(outcome, Settled):
-                self._settled(outcome)
+                self.results.settled(outcome)
             elif not flight.abandoned:
-                self._pending.append(outcome)
+                self.results.add(outcome)
         for claim, flight in self._inflight.items():
             if flight.deadline is not None and not flight.abandoned and now >= flight.deadline:
                 flight.abandoned = True  # the slot stays busy until the thread really returns
@@ -260,7 +262,7 @@ class Worker:
                 timeout = task.options.timeout if task and task.options.timeout else 0.0
                 policy = task.options.retry if task else None
                 if policy is not None:
-                    self._pending.append(timed_out(policy, flight.claimed, timeout))
+                    self.results.add(timed_out(policy, flight.claimed, timeout))
                     self.counters.timed_out += 1
                     log.warning(
                         "job %s (%s) timed out after %g s",
@@ -268,69 +270,6 @@ class Worker:
                         flight.claimed.job.task,
                         timeout,
                     )
-
-    def _take_batch(self) -> tuple[list[Claim], list[Outcome]]:
-        """Starts and outcomes waiting to be written (taken out of the buffers)."""
-        started = [c for c in self._drain_started() if c in self.leases.held]
-        outcomes, self._pending = self._pending, []
-        return started, outcomes
-
-    def _put_back(self, started: list[Claim], outcomes: list[Outcome]) -> None:
-        """Storage trouble: keep everything for the next try; nothing was recorded."""
-        self._pending = outcomes + self._pending
-        self._started.extendleft(reversed(started))
-
-    def _flush(self) -> None:
-        """Record starts and outcomes in one broker write; keep them for retry on error."""
-        started, outcomes = self._take_batch()
-        if not started and not outcomes:
-            return
-        try:
-            lost = self.broker.record(started, outcomes)
-        except Exception as exc:
-            self._put_back(started, outcomes)
-            self.backoff.failed(exc)
-            return
-        self.backoff.ok()
-        self._recorded(outcomes, lost)
-
-    def _recorded(self, outcomes: list[Outcome], lost: list[Claim]) -> None:
-        self.leases.drop(o.claim for o in outcomes)
-        lost_set = set(lost)
-        for outcome in outcomes:
-            if outcome.claim in lost_set:
-                continue
-            if outcome.event is Event.ACK:
-                self.counters.succeeded += 1
-            elif isinstance(outcome, Buried):
-                self.counters.dead += 1
-                log.warning("job %s is dead: %s", outcome.claim.job_id, outcome.error)
-            else:
-                self.counters.retried += 1
-        for claim in lost:
-            self.counters.lease_lost += 1
-            self._abandon(claim)
-            log.warning(
-                "lease lost on job %s: outcome refused (another worker holds it or it ended)",
-                claim.job_id,
-            )
-
-    def _settled(self, outcome: Settled) -> None:
-        """A transactional task already committed its ack (or found its lease lost)."""
-        self.leases.drop([outcome.claim])
-        if outcome.lease_lost:
-            self.counters.lease_lost += 1
-            log.warning(
-                "lease lost on job %s: its transaction was rolled back", outcome.claim.job_id
-            )
-        else:
-            self.counters.succeeded += 1
-
-    def _drain_started(self) -> list[Claim]:
-        out = []
-        while self._started:
-            out.append(self._started.popleft())
-        return out
 
     def _claim_for_pools(self) -> float | None:
         """Claim for every pool with free slots; returns seconds to the next scheduled job."""
@@ -399,12 +338,12 @@ class Worker:
         if claimed.problem is not None or task is None:
             reason = claimed.problem or f"unknown task {claimed.job.task!r}"
             kind = "CorruptJob" if claimed.problem else "UnknownTask"
-            self._pending.append(refused(claimed, kind, reason))
+            self.results.add(refused(claimed, kind, reason))
             return
         model = pool.spec.model
         mismatch = model_mismatch(task, model)
         if mismatch is not None:  # routed here by a per-enqueue queue override
-            self._pending.append(
+            self.results.add(
                 refused(claimed, "WrongPoolModel", f"{mismatch} (pool {pool.spec.name!r})")
             )
             return
@@ -432,7 +371,7 @@ class Worker:
         return max(0.0, min(deadlines) - now) if deadlines else 3600.0
 
     def _idle_and_drained(self) -> bool:
-        if self.busy or self._pending or self._started or self._done:
+        if self.busy or self.results.unwritten or self._done:
             return False
         return not any(self.broker.has_work(p.spec.queues) for p in self.pools)
 
@@ -447,7 +386,7 @@ class Worker:
         # Jobs already timed out or lost are not waited for: their outcome is decided.
         if any(not f.abandoned for f in self._inflight.values()) and not out_of_time:
             return False
-        self._flush()
+        self.results.flush()
         leftover = [c for c, f in self._inflight.items() if not f.abandoned]
         if leftover:
             try:
@@ -463,9 +402,9 @@ class Worker:
             for claim in leftover:
                 self._abandon(claim)
             self.leases.drop(leftover)
-        if self._pending:
+        if self.results.pending:
             log.error(
                 "%d outcome(s) could not be recorded; those jobs return by lease expiry",
-                len(self._pending),
+                self.results.pending,
             )
         return True

@@ -9,5 +9,6 @@ from .base import Counters, Service
 from .leases import LeaseKeeper
 from .pruner import Pruner
 from .recoverer import Recoverer
+from .results import ResultWriter
 
-__all__ = ["Backoff", "Counters", "LeaseKeeper", "Pruner", "Recoverer", "Service"]
+__all__ = ["Backoff", "Counters", "LeaseKeeper", "Pruner", "Recoverer", "ResultWriter", "Service"]
