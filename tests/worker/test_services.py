@@ -17,9 +17,18 @@ from sluicegate import JobState
 from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.brokers.sqlite import SQLiteBroker
 from sluicegate.errors import BrokerUnavailable
-from sluicegate.job import Claim, JobSpec
+from sluicegate.job import Claim, ClaimedJob, JobSpec
 from sluicegate.outcomes import Outcome, Succeeded
-from sluicegate.worker.services import Backoff, Counters, LeaseKeeper, Recoverer, ResultWriter
+from sluicegate.worker import parse_pool_spec
+from sluicegate.worker.pool import PoolState
+from sluicegate.worker.services import (
+    Backoff,
+    Claimer,
+    Counters,
+    LeaseKeeper,
+    Recoverer,
+    ResultWriter,
+)
 
 
 class FlakyBroker(SQLiteBroker):
@@ -106,6 +115,66 @@ def test_result_writer_reports_refused_outcomes_as_lost(flaky: FlakyBroker) -> N
     assert lost == [claimed.claim]
     assert (counters.lease_lost, counters.succeeded) == (1, 0)
     assert flaky.get_job(claimed.claim.job_id).state == JobState.READY  # type: ignore[union-attr]
+
+
+# ---- claimer -------------------------------------------------------------------------------
+def claimer_for(broker: MemoryBroker, spec: str) -> tuple[Claimer, list[str]]:
+    """A claimer whose dispatch only notes the queue (slots never fill: each run claims
+    as many jobs as the pool has slots)."""
+    got: list[str] = []
+
+    def dispatch(pool: PoolState, job: ClaimedJob) -> None:
+        got.append(job.job.queue)
+
+    pool = PoolState(parse_pool_spec(spec))
+    return Claimer(pool, broker, dispatch, lease=30, worker_id="w"), got
+
+
+def run_turns(claimer: Claimer, turns: int) -> None:
+    for _ in range(turns):
+        claimer.wake()
+        assert claimer.due_in(time.monotonic()) == 0
+        claimer.run(time.monotonic())
+
+
+def test_claimer_splits_a_backlog_of_both_queues_about_three_to_one() -> None:
+    broker = MemoryBroker()
+    enqueue(broker, "email", 200)
+    enqueue(broker, "reports", 200)
+    claimer, got = claimer_for(broker, "mixed=email*3,reports:4")
+    run_turns(claimer, 25)
+    assert len(got) == 100
+    assert 2.4 <= got.count("email") / got.count("reports") <= 3.6, got
+
+
+def test_claimer_idle_queue_earns_no_credit() -> None:
+    broker = MemoryBroker()
+    enqueue(broker, "reports", 40)
+    claimer, got = claimer_for(broker, "mixed=email*3,reports:4")
+    run_turns(claimer, 12)  # email idle all along, reports drained
+    assert got == ["reports"] * 40
+    enqueue(broker, "email", 100)
+    enqueue(broker, "reports", 100)
+    got.clear()
+    run_turns(claimer, 10)
+    # Without the rule, email would take the next ~120 slots to catch up on its pass.
+    assert 20 <= got.count("email") <= 32 and got.count("reports") >= 8, got
+
+
+def test_claimer_claims_no_more_than_free_slots_and_stops_when_empty() -> None:
+    broker = MemoryBroker()
+    enqueue(broker, "q", 3)
+    claimer, got = claimer_for(broker, "p=q:2")
+    claimer.pool.busy[Claim(0, 0)] = None  # type: ignore[index,assignment]  # one slot taken
+    claimer.run(time.monotonic())
+    assert got == ["q"]
+    claimer.pool.busy.clear()
+    claimer.run(time.monotonic())
+    assert got == ["q", "q", "q"]
+    claimer.run(time.monotonic())  # came back short: no more looking until woken or polled
+    assert not claimer.pool.maybe_more and claimer.due_in(time.monotonic()) > 0
+    claimer.halt()
+    assert claimer.due_in(time.monotonic()) is None
 
 
 # ---- lease keeper and recoverer --------------------------------------------------------------

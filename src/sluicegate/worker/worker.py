@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import random
 import signal
 import socket
 import threading
@@ -30,11 +29,12 @@ from ..job import Claim, ClaimedJob
 from ..loading import app_path
 from ..outcomes import Report, Settled
 from .executors import Executor, WorkItem, make_executor
-from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools, weighted_shares
+from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools
 from .routing import check_tasks_fit, model_mismatch
 from .runner import make_work, refused, timed_out
 from .services.backoff import Backoff
 from .services.base import Counters
+from .services.claimer import Claimer
 from .services.leases import LeaseKeeper
 from .services.pruner import Pruner
 from .services.recoverer import Recoverer
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from ..app import App
 
 log = logging.getLogger("sluicegate.worker")
-HEALTHY_POLL_FACTOR = 5.0  # safety poll every 5 x poll_interval while wake-ups are healthy
 
 
 def new_worker_id() -> str:
@@ -105,9 +104,18 @@ class Worker:
         self._inflight: dict[Claim, InFlight] = {}
         self._stop_requests = 0
         self._stop_deadline: float | None = None
-        self._next_poll = 0.0
-        self._next_due: float | None = None
-        self._wake_gen = 0
+        self.claimers = [
+            Claimer(
+                pool,
+                self.broker,
+                self._dispatch,
+                lease=lease,
+                worker_id=self.worker_id,
+                poll_interval=poll_interval,
+                backoff=self.backoff,
+            )
+            for pool in self.pools
+        ]
 
     # ---- control ---------------------------------------------------------------
     def stop(self, immediate: bool = False) -> None:
@@ -142,7 +150,8 @@ class Worker:
         if self.pruner is not None:
             self.pruner.start()
         self.recoverer.start()
-        self._next_poll = time.monotonic() + self.poll_interval
+        for claimer in self.claimers:
+            claimer.start()
         log.info("worker %s started: %s", self.worker_id, self._describe())
         try:
             while True:
@@ -150,8 +159,7 @@ class Worker:
                 self._collect(now)
                 if self._stop_requests and self._shutdown_step(now):
                     break
-                if self.backoff.until <= now and not self._stop_requests:
-                    self._claim_turn(now)  # claims and dispatches; outcomes are written next
+                self._claim_turn(now)  # claims and dispatches; outcomes are written next
                 if self.backoff.until <= now:
                     self.results.flush()
                     if self.burst and self._idle_and_drained():
@@ -176,19 +184,9 @@ class Worker:
             log.info("worker %s stopped", self.worker_id)
 
     def _claim_turn(self, now: float) -> None:
-        if now >= self._next_poll:  # the fallback poll, in case a wake-up was missed
-            # Rarer while the broker's wake-ups are known to work: an idle worker's poll
-            # is most of its idle CPU.
-            healthy = self.broker.wakeups_healthy()
-            interval = self.poll_interval * (HEALTHY_POLL_FACTOR if healthy else 1.0)
-            self._next_poll = now + interval * random.uniform(0.8, 1.2)
-            self._mark_all_maybe_more()
-        if self._next_due is not None and now >= self._next_due:
-            self._next_due = None
-            self._mark_all_maybe_more()
-        due = self._claim_for_pools()
-        if due is not None:
-            self._next_due = now + due
+        for claimer in self.claimers:
+            if self.backoff.until <= now and not self._stop_requests:
+                claimer.run(now)
 
     def _maintain(self, now: float) -> None:
         """Heartbeat when due; recover expired leases (anyone's) when due."""
@@ -205,9 +203,7 @@ class Worker:
             if self._stop_deadline is not None:
                 timers.append(self._stop_deadline - now)
         else:
-            timers.append(self._next_poll - now)
-            if self._next_due is not None:
-                timers.append(self._next_due - now)
+            timers.extend(d for c in self.claimers if (d := c.due_in(now)) is not None)
         return max(min(timers), 0.001)
 
     def _executor_options(self, spec: PoolSpec) -> dict[str, object]:
@@ -234,13 +230,9 @@ class Worker:
         self._wake.set()
 
     def _on_wakeup(self) -> None:
-        self._wake_gen += 1
-        self._mark_all_maybe_more()
+        for claimer in self.claimers:
+            claimer.wake()
         self._wake.set()
-
-    def _mark_all_maybe_more(self) -> None:
-        for pool in self.pools:
-            pool.maybe_more = True
 
     # ---- turn steps ----------------------------------------------------------------
     def _collect(self, now: float) -> None:
@@ -270,65 +262,6 @@ class Worker:
                         flight.claimed.job.task,
                         timeout,
                     )
-
-    def _claim_for_pools(self) -> float | None:
-        """Claim for every pool with free slots; returns seconds to the next scheduled job."""
-        next_due: float | None = None
-        for pool in self.pools:
-            if pool.free <= 0 or not pool.maybe_more:
-                continue
-            queues = pool.spec.queues
-            seen = self._wake_gen
-            try:
-                # Idle pools look first with a read-only probe: a wake-up caused by some
-                # other worker's commit must not make every idle worker take the write lock.
-                probe = not pool.backlog and not self.broker.cheap_empty_claim
-                if probe and not self.broker.has_work(queues):
-                    claimed = []
-                else:
-                    wanted = pool.free
-                    claimed = self._claim(pool, wanted)
-                    pool.backlog = len(claimed) == wanted
-                for job in claimed:  # start them before any further look at the broker
-                    self._dispatch(pool, job)
-                if not pool.backlog:
-                    # A wake-up that raced with this look keeps the pool looking.
-                    pool.maybe_more = self._wake_gen != seen
-                    due = self.broker.next_due(queues)
-                    if due is not None:
-                        next_due = due if next_due is None else min(next_due, due)
-            except Exception as exc:
-                self.backoff.failed(exc)
-                return None
-            self.backoff.ok()
-        return next_due
-
-    def _claim(self, pool: PoolState, wanted: int) -> list[ClaimedJob]:
-        """Claim for one pool: one claim order over its queues, or weighted shares."""
-        if pool.spec.weights is None:
-            return self._claim_from(pool.spec.queues, wanted)
-        out: list[ClaimedJob] = []
-        empty: set[str] = set()
-        while wanted > 0:
-            shares = weighted_shares(pool, wanted, empty)
-            if not shares:
-                break
-            for queue, share in shares.items():
-                got = self._claim_from((queue,), share)
-                out.extend(got)
-                wanted -= len(got)
-                if len(got) < share:  # refund the picks it could not use; others get them
-                    pool.passes[queue] -= (share - len(got)) / pool.weight(queue)
-                    empty.add(queue)
-        busy = [pool.passes[q] for q in pool.spec.queues if q not in empty and q in pool.passes]
-        for queue in empty:  # an idle queue earns no credit to burst with later
-            pool.passes[queue] = max(pool.passes.get(queue, 0.0), min(busy, default=0.0))
-        return out
-
-    def _claim_from(self, queues: tuple[str, ...], wanted: int) -> list[ClaimedJob]:
-        """Claim only: pending starts and outcomes are written after the new jobs are
-        dispatched (``_flush``), so refilling a slot never waits for an ack's fsync."""
-        return self.broker.claim(queues, wanted, self.lease, self.worker_id)
 
     def _dispatch(self, pool: PoolState, claimed: ClaimedJob) -> None:
         self.counters.claimed += 1

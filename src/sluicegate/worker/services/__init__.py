@@ -6,9 +6,19 @@ a ``Service`` and one line to ``Worker.services``, not a branch in the loop.
 
 from .backoff import Backoff
 from .base import Counters, Service
+from .claimer import Claimer
 from .leases import LeaseKeeper
 from .pruner import Pruner
 from .recoverer import Recoverer
 from .results import ResultWriter
 
-__all__ = ["Backoff", "Counters", "LeaseKeeper", "Pruner", "Recoverer", "ResultWriter", "Service"]
+__all__ = [
+    "Backoff",
+    "Claimer",
+    "Counters",
+    "LeaseKeeper",
+    "Pruner",
+    "Recoverer",
+    "ResultWriter",
+    "Service",
+]
