@@ -7,13 +7,14 @@ clock. Broker failure is a real broker whose ``record`` raises ``BrokerUnavailab
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
-from sluicegate import JobState
+from sluicegate import App, JobState
 from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.brokers.sqlite import SQLiteBroker
 from sluicegate.errors import BrokerUnavailable
@@ -25,9 +26,11 @@ from sluicegate.worker.services import (
     Backoff,
     Claimer,
     Counters,
+    Dispatcher,
     LeaseKeeper,
     Recoverer,
     ResultWriter,
+    Shutdown,
 )
 
 
@@ -161,18 +164,27 @@ def test_claimer_idle_queue_earns_no_credit() -> None:
     assert 20 <= got.count("email") <= 32 and got.count("reports") >= 8, got
 
 
-def test_claimer_claims_no_more_than_free_slots_and_stops_when_empty() -> None:
+def test_claimer_claims_only_for_free_slots_and_stops_looking_when_short() -> None:
     broker = MemoryBroker()
     enqueue(broker, "q", 3)
-    claimer, got = claimer_for(broker, "p=q:2")
-    claimer.pool.busy[Claim(0, 0)] = None  # type: ignore[index,assignment]  # one slot taken
+    pool = PoolState(parse_pool_spec("p=q:2"))
+
+    def occupy(pool: PoolState, job: ClaimedJob) -> None:
+        pool.busy[job.claim] = job
+
+    claimer = Claimer(pool, broker, occupy, lease=30, worker_id="w")
+    claimer.start()
     claimer.run(time.monotonic())
-    assert got == ["q"]
-    claimer.pool.busy.clear()
+    assert len(pool.busy) == 2 and pool.backlog  # full: claim again without probing
+    assert claimer.due_in(time.monotonic()) > 0  # until a slot frees (or the poll)
+    pool.busy.clear()
+    assert claimer.due_in(time.monotonic()) == 0
     claimer.run(time.monotonic())
-    assert got == ["q", "q", "q"]
-    claimer.run(time.monotonic())  # came back short: no more looking until woken or polled
-    assert not claimer.pool.maybe_more and claimer.due_in(time.monotonic()) > 0
+    assert len(pool.busy) == 1 and not pool.backlog
+    assert not pool.maybe_more  # came back short: no more looking until woken or polled
+    assert claimer.due_in(time.monotonic()) > 0
+    claimer.wake()
+    assert claimer.due_in(time.monotonic()) == 0
     claimer.halt()
     assert claimer.due_in(time.monotonic()) is None
 
@@ -216,6 +228,90 @@ def test_recoverer_requeues_an_expired_lease() -> None:
     job = broker.get_job(claimed.claim.job_id)
     assert job is not None and job.state == JobState.READY and job.attempts == 1
     assert counters.recovered == 1
+
+
+# ---- dispatcher and shutdown -------------------------------------------------------------------
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[App]:
+    app = App(broker=f"sqlite:///{tmp_path}/jobs.db")
+    yield app
+    app.close()
+
+
+def test_shutdown_waits_for_running_jobs_then_releases_leftovers_without_an_attempt(
+    app: App,
+) -> None:
+    gate, fast_done = threading.Event(), threading.Event()
+
+    @app.task(queue="q")
+    def slow() -> None:
+        gate.wait(10)
+
+    @app.task(queue="q")
+    def fast() -> None:
+        fast_done.set()
+
+    slow_job, fast_job = slow.enqueue(), fast.enqueue()
+    broker = app.broker
+    pool = PoolState(parse_pool_spec("p=q:2"))
+    counters = Counters()
+    leases = LeaseKeeper(broker, 30)
+    writer = ResultWriter(broker, leases, counters)
+    dispatcher = Dispatcher(app, [pool], broker, writer, leases, result_limit=1 << 20)
+    claimer = Claimer(pool, broker, dispatcher.dispatch, lease=30, worker_id="w")
+    shutdown = Shutdown(5.0, broker, [claimer], dispatcher, writer, leases, counters)
+    dispatcher.start()
+    try:
+        claimer.run(time.monotonic())
+        assert fast_done.wait(5) and dispatcher.busy == 2
+        assert shutdown.due_in(time.monotonic()) is None
+
+        shutdown.request()
+        now = time.monotonic()
+        assert shutdown.due_in(now) == 0
+        shutdown.run(now)
+        assert claimer.due_in(now) is None  # no more claims, at once
+        deadline = time.monotonic() + 5
+        while not dispatcher.finishing and time.monotonic() < deadline:
+            time.sleep(0.01)  # the fast job's report is on its way
+        assert dispatcher.due_in(time.monotonic()) == 0
+        dispatcher.run(time.monotonic())
+        assert dispatcher.busy == 1
+        assert not shutdown.finished and 0 < shutdown.due_in(time.monotonic()) <= 5  # type: ignore[operator]
+
+        shutdown.request()  # a second request: release now
+        shutdown.run(time.monotonic())
+        assert shutdown.finished
+    finally:
+        gate.set()
+        dispatcher.stop()
+    assert app.get_job(fast_job.id).state == JobState.SUCCEEDED  # its outcome was written
+    released = app.get_job(slow_job.id)
+    assert released.state == JobState.READY and released.attempts == 0
+    assert released.worker_id is None
+    assert counters.released == 1 and not leases.held
+
+
+def test_dispatcher_refuses_an_unknown_task_without_taking_a_slot(app: App) -> None:
+    app.enqueue("nobody.knows", queue="q")
+    broker = app.broker
+    pool = PoolState(parse_pool_spec("p=q:2"))
+    leases = LeaseKeeper(broker, 30)
+    counters = Counters()
+    writer = ResultWriter(broker, leases, counters)
+    dispatcher = Dispatcher(app, [pool], broker, writer, leases, result_limit=1 << 20)
+    dispatcher.start()
+    try:
+        (claimed,) = broker.claim(["q"], 1, 30, "w")
+        dispatcher.dispatch(pool, claimed)
+        assert pool.free == 2 and dispatcher.due_in(time.monotonic()) is None
+        writer.flush()
+    finally:
+        dispatcher.stop()
+    dead = app.get_job(claimed.job.id)
+    assert dead.state == JobState.DEAD and dead.last_error is not None
+    assert dead.last_error.type == "UnknownTask"
+    assert counters.dead == 1
 
 
 # ---- backoff ----------------------------------------------------------------------------------

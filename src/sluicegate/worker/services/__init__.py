@@ -7,18 +7,22 @@ a ``Service`` and one line to ``Worker.services``, not a branch in the loop.
 from .backoff import Backoff
 from .base import Counters, Service
 from .claimer import Claimer
+from .dispatch import Dispatcher
 from .leases import LeaseKeeper
 from .pruner import Pruner
 from .recoverer import Recoverer
 from .results import ResultWriter
+from .shutdown import Shutdown
 
 __all__ = [
     "Backoff",
     "Claimer",
     "Counters",
+    "Dispatcher",
     "LeaseKeeper",
     "Pruner",
     "Recoverer",
     "ResultWriter",
     "Service",
+    "Shutdown",
 ]
