@@ -416,7 +416,7 @@ def test_a_write_of_unknown_fate_is_not_counted_until_settled(
 
         def settled() -> bool:
             return producer.get_job(job.id).state == JobState.SUCCEEDED and not (
-                worker.busy or worker._pending or worker._started
+                worker.busy or worker.results.unwritten
             )
 
         wait_for(settled, timeout=15, what=lambda: f"job settled: {producer.get_job(job.id)}")

@@ -9,7 +9,7 @@ import pytest
 
 from sluicegate import App, ConfigError
 from sluicegate.worker import PoolSpec, Worker, parse_pool_spec
-from sluicegate.worker.pool import PoolState, weighted_shares
+from sluicegate.worker.services.claimer import Stride
 
 
 def test_spec_parses_weights() -> None:
@@ -24,8 +24,8 @@ def test_spec_parses_weights() -> None:
 
 
 def test_stride_shares_follow_weights_one_slot_at_a_time() -> None:
-    pool = PoolState(parse_pool_spec("mixed=email*3,reports:8"))
-    picks = [next(iter(weighted_shares(pool, 1, set()))) for _ in range(400)]
+    stride = Stride(parse_pool_spec("mixed=email*3,reports:8"))
+    picks = [next(iter(stride.split(1, set()))) for _ in range(400)]
     assert picks.count("email") == 300
     assert picks.count("reports") == 100
     # never more than 3 emails in a row: reports never waits long
@@ -37,9 +37,9 @@ def test_stride_shares_follow_weights_one_slot_at_a_time() -> None:
 
 
 def test_empty_queue_is_skipped() -> None:
-    pool = PoolState(parse_pool_spec("mixed=email*3,reports:8"))
-    assert weighted_shares(pool, 4, {"email"}) == {"reports": 4}
-    assert weighted_shares(pool, 4, {"email", "reports"}) == {}
+    stride = Stride(parse_pool_spec("mixed=email*3,reports:8"))
+    assert stride.split(4, {"email"}) == {"reports": 4}
+    assert stride.split(4, {"email", "reports"}) == {}
 
 
 def test_backlog_of_both_is_taken_about_three_to_one(tmp_path: Path) -> None:

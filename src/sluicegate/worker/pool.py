@@ -94,36 +94,9 @@ class PoolState:
 
     spec: PoolSpec
     busy: dict[Claim, ClaimedJob] = field(default_factory=dict)
-    passes: dict[str, float] = field(default_factory=dict)  # weighted queues: stride passes
     maybe_more: bool = True  # a wake-up arrived, or the last claim came back full
     backlog: bool = False  # the last claim was full: claim again without probing first
 
     @property
     def free(self) -> int:
         return self.spec.slots - len(self.busy)
-
-    def weight(self, queue: str) -> int:
-        weights = self.spec.weights or (1,) * len(self.spec.queues)
-        return weights[self.spec.queues.index(queue)]
-
-
-def weighted_shares(pool: PoolState, slots: int, empty: set[str]) -> dict[str, int]:
-    """Split ``slots`` free slots among the pool's queues by weight (stride scheduling).
-
-    Each queue has a pass; a slot goes to the queue with the lowest pass, whose pass then
-    grows by 1/weight. Over time queue q gets weight(q)/sum(weights) of the slots, and a
-    queue with work never starves: its pass stays behind until it is picked. Queues found
-    empty this turn are skipped.
-    """
-    live = [q for q in pool.spec.queues if q not in empty]
-    if not live:
-        return {}
-    floor = min((pool.passes[q] for q in live if q in pool.passes), default=0.0)
-    for queue in live:  # a queue seen for the first time (or back from idle) starts level
-        pool.passes[queue] = max(pool.passes.get(queue, floor), floor)
-    shares: dict[str, int] = {}
-    for _ in range(slots):
-        queue = min(live, key=lambda q: (pool.passes[q], pool.spec.queues.index(q)))
-        pool.passes[queue] += 1 / pool.weight(queue)
-        shares[queue] = shares.get(queue, 0) + 1
-    return shares

@@ -1,71 +1,53 @@
-"""One worker process: pools over queues, a single dispatcher thread doing all broker I/O.
+"""One worker process: pools over queues, and a loop on one thread that schedules services.
 
-The dispatcher loop (``run``) wakes on: a job finished, a job started, a wake-up
-from the broker (enqueue here or elsewhere), a heartbeat or recovery being due, a
-scheduled job coming due, or a signal. Each turn it records outcomes in one
-batched write, claims for pools with free slots (claims sized to free slots), and
-renews leases. Outcomes of jobs whose lease was lost are refused by the broker's
-fencing, never applied.
+Each service has one job and says when it is next due (``services/``): the
+dispatcher (finished jobs, soft timeouts), the shutdown sequence, a claimer per
+pool, the result writer, the lease keeper, the recoverer and the pruner. The loop
+only waits (on a wake-up, or until the nearest due time) and runs whatever is due,
+in that order: a turn claims and dispatches for free slots *before* it writes the
+turn's starts and outcomes, so a freed slot never waits for an ack's fsync. While
+the broker fails, services that use it wait out one shared backoff.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
-import random
 import signal
 import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
 
 from ..brokers import Broker, Retention
 from ..codec import DEFAULT_PAYLOAD_LIMIT
 from ..errors import ConfigError
-from ..job import Claim, ClaimedJob, Event
-from ..loading import app_path
-from ..outcomes import Buried, Outcome, Report, Settled
-from .executors import Executor, WorkItem, make_executor
-from .leases import LeaseKeeper
-from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools, weighted_shares
-from .pruner import Pruner
-from .routing import check_tasks_fit, model_mismatch
-from .runner import make_work, refused, timed_out
+from ..job import Claim
+from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools
+from .routing import check_tasks_fit
+from .services.backoff import Backoff
+from .services.base import Counters, Service
+from .services.claimer import Claimer
+from .services.dispatch import Dispatcher
+from .services.leases import LeaseKeeper
+from .services.pruner import Pruner
+from .services.recoverer import Recoverer
+from .services.results import ResultWriter
+from .services.shutdown import Shutdown
 
 if TYPE_CHECKING:
     from ..app import App
 
 log = logging.getLogger("sluicegate.worker")
-HEALTHY_POLL_FACTOR = 5.0  # safety poll every 5 x poll_interval while wake-ups are healthy
+IDLE_WAIT = 3600.0  # the longest sleep when no service has anything scheduled
 
 
 def new_worker_id() -> str:
     """Unique per process start: host and pid for humans, random suffix for uniqueness."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(slots=True)
-class Counters:
-    claimed: int = 0
-    succeeded: int = 0
-    retried: int = 0
-    dead: int = 0
-    released: int = 0
-    recovered: int = 0
-    lease_lost: int = 0
-    timed_out: int = 0
-
-
-@dataclass(slots=True)
-class InFlight:
-    pool: PoolState
-    claimed: ClaimedJob
-    deadline: float | None = None
-    abandoned: bool = False  # timed out or lease lost: the thread's outcome is ignored
 
 
 class Worker:
@@ -89,39 +71,65 @@ class Worker:
         if lease <= 0:
             raise ConfigError("lease must be positive")
         self.app = app
-        self.broker = broker or app.broker
+        self.broker = broker = broker or app.broker
         self.pools = [PoolState(spec) for spec in check_pools(list(pools or [DEFAULT_POOL]))]
-        check_tasks_fit(app, [p.spec for p in self.pools], self.broker.supports_transactions)
-        self.lease = lease
-        self.shutdown_timeout = shutdown_timeout
+        check_tasks_fit(app, [p.spec for p in self.pools], broker.supports_transactions)
         self.burst = burst
-        self.poll_interval = poll_interval
         self.worker_id = worker_id or new_worker_id()
-        self.result_limit = result_limit
-        self.counters = Counters()
-        # Retention of finished jobs; None (the default for embedded use) keeps them all.
-        self.pruner = Pruner(self.broker, retention, prune_interval) if retention else None
-        self.leases = LeaseKeeper(self.broker, lease)
-        self.recover_interval = max(0.2, min(lease / 3, 10.0))
-        self._executors: dict[str, Executor] = {}
+        self.counters = counters = Counters()
+        self.backoff = backoff = Backoff()
         self._wake = threading.Event()
-        self._done: collections.deque[tuple[WorkItem, Report]] = collections.deque()
-        self._started: collections.deque[Claim] = collections.deque()
-        self._inflight: dict[Claim, InFlight] = {}
-        self._pending: list[Outcome] = []
-        self._stop_requests = 0
-        self._stop_deadline: float | None = None
-        self._backoff_delay = 0.0
-        self._backoff_until = 0.0
-        self._next_poll = 0.0
-        self._next_recover = 0.0
-        self._next_due: float | None = None
-        self._wake_gen = 0
+        self.leases = LeaseKeeper(broker, lease, counters, on_lost=self._abandon)
+        self.results = ResultWriter(broker, self.leases, counters, backoff, on_lost=self._abandon)
+        self.dispatcher = Dispatcher(
+            app,
+            self.pools,
+            broker,
+            self.results,
+            self.leases,
+            result_limit=result_limit,
+            counters=counters,
+            wake=self._wake.set,
+        )
+        self.claimers = [
+            Claimer(
+                pool,
+                broker,
+                self.dispatcher.dispatch,
+                lease=lease,
+                worker_id=self.worker_id,
+                poll_interval=poll_interval,
+                backoff=backoff,
+            )
+            for pool in self.pools
+        ]
+        self.shutdown = Shutdown(
+            shutdown_timeout,
+            broker,
+            self.claimers,
+            self.dispatcher,
+            self.results,
+            self.leases,
+            counters,
+        )
+        self.recoverer = Recoverer(broker, lease, counters)
+        # Retention of finished jobs; None (the default for embedded use) keeps them all.
+        self.pruner = Pruner(broker, retention, prune_interval) if retention else None
+        # The order of a turn: collect finished jobs, shut down, claim, write, maintain.
+        self.services: list[Service] = [
+            self.dispatcher,
+            self.shutdown,
+            *self.claimers,
+            self.results,
+            self.leases,
+            self.recoverer,
+            *([self.pruner] if self.pruner else []),
+        ]
 
     # ---- control ---------------------------------------------------------------
     def stop(self, immediate: bool = False) -> None:
         """First call: stop claiming and drain; second call (or immediate): release now."""
-        self._stop_requests = 2 if immediate else self._stop_requests + 1
+        self.shutdown.request(immediate)
         self._wake.set()
 
     def install_signal_handlers(self) -> None:
@@ -133,375 +141,86 @@ class Worker:
 
     @property
     def busy(self) -> int:
-        return sum(len(p.busy) for p in self.pools)
+        return self.dispatcher.busy
 
     # ---- the loop -------------------------------------------------------------
     def run(self) -> None:
         """Serve until stopped; on return every held job is acked, failed or released."""
-        for pool in self.pools:
-            executor = make_executor(
-                pool.spec.model,
-                pool.spec.name,
-                pool.spec.slots,
-                **self._executor_options(pool.spec),
-            )
-            executor.start(self._on_start, self._on_done)
-            self._executors[pool.spec.name] = executor
+        for service in self.services:
+            service.start()
         unsubscribe = self.broker.subscribe(self._on_wakeup)
-        if self.pruner is not None:
-            self.pruner.start()
-        self._next_recover = time.monotonic()
-        self._next_poll = time.monotonic() + self.poll_interval
         log.info("worker %s started: %s", self.worker_id, self._describe())
         try:
-            while True:
-                now = time.monotonic()
-                self._collect(now)
-                if self._stop_requests and self._shutdown_step(now):
-                    break
-                if self._backoff_until <= now and not self._stop_requests:
-                    self._claim_turn(now)  # claims and dispatches; outcomes are written next
-                if self._backoff_until <= now:
-                    self._flush()
-                    if self.burst and self._idle_and_drained():
-                        self._guarded(self._recover)  # expired leases count as work to drain
-                        if self._idle_and_drained():
-                            break
-                if self._backoff_until <= now:
-                    self._maintain(now)
-                if self._done or self._started:
-                    self._wake.clear()
-                    continue
-                self._wake.wait(self._wait_timeout(now))
-                self._wake.clear()
+            while not self._turn():
+                pass
         finally:
             unsubscribe()
-            if self.pruner is not None:
-                self.pruner.stop()
-            for executor in self._executors.values():
-                executor.stop()
+            for service in reversed(self.services):
+                service.stop()
             log.info("worker %s stopped", self.worker_id)
 
-    def _claim_turn(self, now: float) -> None:
-        if now >= self._next_poll:  # the fallback poll, in case a wake-up was missed
-            # Rarer while the broker's wake-ups are known to work: an idle worker's poll
-            # is most of its idle CPU.
-            healthy = self.broker.wakeups_healthy()
-            interval = self.poll_interval * (HEALTHY_POLL_FACTOR if healthy else 1.0)
-            self._next_poll = now + interval * random.uniform(0.8, 1.2)
-            self._mark_all_maybe_more()
-        if self._next_due is not None and now >= self._next_due:
-            self._next_due = None
-            self._mark_all_maybe_more()
-        due = self._claim_for_pools()
-        if due is not None:
-            self._next_due = now + due
+    def _turn(self) -> bool:
+        """Run every service that is due, in order, then sleep until one is. True: exit."""
+        self._wake.clear()  # a wake-up from here on cuts the coming sleep short
+        now = time.monotonic()
+        for service in self.services:
+            if service.uses_broker and not self.backoff.ready(now):
+                continue
+            due = service.due_in(now)
+            if due is not None and due <= 0:
+                self._run(service, now)
+            if self.shutdown.finished:
+                return True
+        if self.burst and self.backoff.ready(now) and self._drained():
+            self._guarded(self.recoverer.recover)  # expired leases count as work to drain
+            if self._drained():
+                return True
+        self._wake.wait(self._sleep_time())
+        return False
 
-    def _maintain(self, now: float) -> None:
-        """Heartbeat when due; recover expired leases (anyone's) when due."""
-        self._guarded(self._heartbeat, now)
-        if self._backoff_until <= now and now >= self._next_recover:
-            self._next_recover = now + self.recover_interval * random.uniform(0.8, 1.2)
-            self._guarded(self._recover)
-
-    def _wait_timeout(self, now: float) -> float:
-        """Sleep until the nearest timer that can act now (never a timer already past)."""
-        if self._backoff_until > now:
-            return self._backoff_until - now
-        timers = [self._next_recover - now, self.leases.due_in(now), self._nearest_deadline(now)]
-        if self._stop_requests:
-            if self._stop_deadline is not None:
-                timers.append(self._stop_deadline - now)
+    def _run(self, service: Service, now: float) -> None:
+        if service.uses_broker:
+            self._guarded(service.run, now)
         else:
-            timers.append(self._next_poll - now)
-            if self._next_due is not None:
-                timers.append(self._next_due - now)
-        return max(min(timers), 0.001)
+            service.run(now)  # no broker call inside: an error here is a bug, not an outage
 
-    def _executor_options(self, spec: PoolSpec) -> dict[str, object]:
-        if spec.model == "process":
-            return {
-                "app_path": app_path(self.app), "max_jobs_per_child": spec.max_jobs_per_child,
-                "max_memory_mb": spec.max_memory_mb, "result_limit": self.result_limit,
-            }  # fmt: skip
-        return {}
+    def _guarded(self, step: Callable[..., None], *args: float) -> None:
+        try:
+            step(*args)
+        except Exception as exc:
+            self.backoff.failed(exc)
+
+    def _sleep_time(self) -> float:
+        """Until the nearest due time of a service that can act (not one held back)."""
+        now = time.monotonic()
+        backing_off = not self.backoff.ready(now)
+        timers = [self.backoff.until - now] if backing_off else []
+        for service in self.services:
+            if not (backing_off and service.uses_broker):
+                due = service.due_in(now)
+                if due is not None:
+                    timers.append(due)
+        return max(0.0, min(timers, default=IDLE_WAIT))
+
+    def _drained(self) -> bool:
+        """Burst mode: nothing running, nothing to write, nothing ready in the pools' queues."""
+        if self.busy or self.results.unwritten or self.dispatcher.finishing:
+            return False
+        return not any(self.broker.has_work(p.spec.queues) for p in self.pools)
+
+    # ---- callbacks -----------------------------------------------------------------
+    def _on_wakeup(self) -> None:
+        """Jobs may have become ready (enqueued here or elsewhere); any thread."""
+        for claimer in self.claimers:
+            claimer.wake()
+        self._wake.set()
+
+    def _abandon(self, claim: Claim) -> None:
+        """A lost lease: the job's outcome, whenever it comes, no longer counts."""
+        self.dispatcher.abandon(claim)
 
     def _describe(self) -> str:
         return ", ".join(
             f"{p.spec.name}={','.join(p.spec.queues)}:{p.spec.slots}:{p.spec.model}"
             for p in self.pools
         )
-
-    # ---- callbacks from executors and the broker (any thread) ----------------------
-    def _on_start(self, item: WorkItem) -> None:
-        self._started.append(item.claimed.claim)
-        self._wake.set()
-
-    def _on_done(self, item: WorkItem, outcome: Report) -> None:
-        self._done.append((item, outcome))
-        self._wake.set()
-
-    def _on_wakeup(self) -> None:
-        self._wake_gen += 1
-        self._mark_all_maybe_more()
-        self._wake.set()
-
-    def _mark_all_maybe_more(self) -> None:
-        for pool in self.pools:
-            pool.maybe_more = True
-
-    # ---- turn steps ----------------------------------------------------------------
-    def _collect(self, now: float) -> None:
-        """Free the slots of finished jobs and queue their outcomes; enforce soft timeouts."""
-        while self._done:
-            item, outcome = self._done.popleft()
-            flight = self._inflight.pop(item.claimed.claim, None)
-            if flight is None:
-                continue
-            flight.pool.busy.pop(item.claimed.claim, None)
-            if isinstance(outcome, Settled):
-                self._settled(outcome)
-            elif not flight.abandoned:
-                self._pending.append(outcome)
-        for claim, flight in self._inflight.items():
-            if flight.deadline is not None and not flight.abandoned and now >= flight.deadline:
-                flight.abandoned = True  # the slot stays busy until the thread really returns
-                task = self.app.tasks.get(flight.claimed.job.task)
-                timeout = task.options.timeout if task and task.options.timeout else 0.0
-                policy = task.options.retry if task else None
-                if policy is not None:
-                    self._pending.append(timed_out(policy, flight.claimed, timeout))
-                    self.counters.timed_out += 1
-                    log.warning(
-                        "job %s (%s) timed out after %g s",
-                        claim.job_id,
-                        flight.claimed.job.task,
-                        timeout,
-                    )
-
-    def _take_batch(self) -> tuple[list[Claim], list[Outcome]]:
-        """Starts and outcomes waiting to be written (taken out of the buffers)."""
-        started = [c for c in self._drain_started() if c in self.leases.held]
-        outcomes, self._pending = self._pending, []
-        return started, outcomes
-
-    def _put_back(self, started: list[Claim], outcomes: list[Outcome]) -> None:
-        """Storage trouble: keep everything for the next try; nothing was recorded."""
-        self._pending = outcomes + self._pending
-        self._started.extendleft(reversed(started))
-
-    def _flush(self) -> None:
-        """Record starts and outcomes in one broker write; keep them for retry on error."""
-        started, outcomes = self._take_batch()
-        if not started and not outcomes:
-            return
-        try:
-            lost = self.broker.record(started, outcomes)
-        except Exception as exc:
-            self._put_back(started, outcomes)
-            self._broker_trouble(exc)
-            return
-        self._broker_ok()
-        self._recorded(outcomes, lost)
-
-    def _recorded(self, outcomes: list[Outcome], lost: list[Claim]) -> None:
-        self.leases.drop(o.claim for o in outcomes)
-        lost_set = set(lost)
-        for outcome in outcomes:
-            if outcome.claim in lost_set:
-                continue
-            if outcome.event is Event.ACK:
-                self.counters.succeeded += 1
-            elif isinstance(outcome, Buried):
-                self.counters.dead += 1
-                log.warning("job %s is dead: %s", outcome.claim.job_id, outcome.error)
-            else:
-                self.counters.retried += 1
-        for claim in lost:
-            self.counters.lease_lost += 1
-            self._abandon(claim)
-            log.warning(
-                "lease lost on job %s: outcome refused (another worker holds it or it ended)",
-                claim.job_id,
-            )
-
-    def _settled(self, outcome: Settled) -> None:
-        """A transactional task already committed its ack (or found its lease lost)."""
-        self.leases.drop([outcome.claim])
-        if outcome.lease_lost:
-            self.counters.lease_lost += 1
-            log.warning(
-                "lease lost on job %s: its transaction was rolled back", outcome.claim.job_id
-            )
-        else:
-            self.counters.succeeded += 1
-
-    def _drain_started(self) -> list[Claim]:
-        out = []
-        while self._started:
-            out.append(self._started.popleft())
-        return out
-
-    def _claim_for_pools(self) -> float | None:
-        """Claim for every pool with free slots; returns seconds to the next scheduled job."""
-        next_due: float | None = None
-        for pool in self.pools:
-            if pool.free <= 0 or not pool.maybe_more:
-                continue
-            queues = pool.spec.queues
-            seen = self._wake_gen
-            try:
-                # Idle pools look first with a read-only probe: a wake-up caused by some
-                # other worker's commit must not make every idle worker take the write lock.
-                probe = not pool.backlog and not self.broker.cheap_empty_claim
-                if probe and not self.broker.has_work(queues):
-                    claimed = []
-                else:
-                    wanted = pool.free
-                    claimed = self._claim(pool, wanted)
-                    pool.backlog = len(claimed) == wanted
-                for job in claimed:  # start them before any further look at the broker
-                    self._dispatch(pool, job)
-                if not pool.backlog:
-                    # A wake-up that raced with this look keeps the pool looking.
-                    pool.maybe_more = self._wake_gen != seen
-                    due = self.broker.next_due(queues)
-                    if due is not None:
-                        next_due = due if next_due is None else min(next_due, due)
-            except Exception as exc:
-                self._broker_trouble(exc)
-                return None
-            self._broker_ok()
-        return next_due
-
-    def _claim(self, pool: PoolState, wanted: int) -> list[ClaimedJob]:
-        """Claim for one pool: one claim order over its queues, or weighted shares."""
-        if pool.spec.weights is None:
-            return self._claim_from(pool.spec.queues, wanted)
-        out: list[ClaimedJob] = []
-        empty: set[str] = set()
-        while wanted > 0:
-            shares = weighted_shares(pool, wanted, empty)
-            if not shares:
-                break
-            for queue, share in shares.items():
-                got = self._claim_from((queue,), share)
-                out.extend(got)
-                wanted -= len(got)
-                if len(got) < share:  # refund the picks it could not use; others get them
-                    pool.passes[queue] -= (share - len(got)) / pool.weight(queue)
-                    empty.add(queue)
-        busy = [pool.passes[q] for q in pool.spec.queues if q not in empty and q in pool.passes]
-        for queue in empty:  # an idle queue earns no credit to burst with later
-            pool.passes[queue] = max(pool.passes.get(queue, 0.0), min(busy, default=0.0))
-        return out
-
-    def _claim_from(self, queues: tuple[str, ...], wanted: int) -> list[ClaimedJob]:
-        """Claim only: pending starts and outcomes are written after the new jobs are
-        dispatched (``_flush``), so refilling a slot never waits for an ack's fsync."""
-        return self.broker.claim(queues, wanted, self.lease, self.worker_id)
-
-    def _dispatch(self, pool: PoolState, claimed: ClaimedJob) -> None:
-        self.counters.claimed += 1
-        claim = claimed.claim
-        self.leases.hold([claim])
-        task = self.app.tasks.get(claimed.job.task)
-        if claimed.problem is not None or task is None:
-            reason = claimed.problem or f"unknown task {claimed.job.task!r}"
-            kind = "CorruptJob" if claimed.problem else "UnknownTask"
-            self._pending.append(refused(claimed, kind, reason))
-            return
-        model = pool.spec.model
-        mismatch = model_mismatch(task, model)
-        if mismatch is not None:  # routed here by a per-enqueue queue override
-            self._pending.append(
-                refused(claimed, "WrongPoolModel", f"{mismatch} (pool {pool.spec.name!r})")
-            )
-            return
-        timeout = task.options.timeout
-        # Thread timeouts are soft and kept here; async and process executors enforce their own.
-        soft = time.monotonic() + timeout if timeout and model == "thread" else None
-        self._inflight[claim] = InFlight(pool, claimed, soft)
-        pool.busy[claim] = claimed
-        item = make_work(task, claimed, model, self.result_limit, self.broker)
-        self._executors[pool.spec.name].submit(item)
-
-    def _abandon(self, claim: Claim) -> None:
-        flight = self._inflight.get(claim)
-        if flight is not None:
-            flight.abandoned = True
-
-    def _heartbeat(self, now: float) -> None:
-        for claim in self.leases.beat_if_due(now):
-            self.counters.lease_lost += 1
-            self._abandon(claim)
-
-    def _recover(self) -> None:
-        recovery = self.broker.recover_expired()
-        if recovery.requeued or recovery.dead:
-            self.counters.recovered += len(recovery.requeued) + len(recovery.dead)
-            log.warning(
-                "recovered expired leases: %d back to ready, %d dead (attempts exhausted)",
-                len(recovery.requeued), len(recovery.dead),
-            )  # fmt: skip
-
-    def _guarded(self, step: object, *args: object) -> None:
-        try:
-            step(*args)  # type: ignore[operator]
-        except Exception as exc:
-            self._broker_trouble(exc)
-
-    def _broker_trouble(self, exc: Exception) -> None:
-        """Back off with capped, jittered, doubling delays; log once per outage."""
-        if self._backoff_delay == 0.0:
-            log.error("broker error (will retry): %s", exc)
-        self._backoff_delay = min(max(self._backoff_delay * 2, 0.05), 5.0)
-        self._backoff_until = time.monotonic() + self._backoff_delay * random.uniform(0.5, 1.0)
-
-    def _broker_ok(self) -> None:
-        if self._backoff_delay:
-            log.info("broker reachable again")
-        self._backoff_delay = 0.0
-
-    def _nearest_deadline(self, now: float) -> float:
-        deadlines = [f.deadline for f in self._inflight.values() if f.deadline and not f.abandoned]
-        return max(0.0, min(deadlines) - now) if deadlines else 3600.0
-
-    def _idle_and_drained(self) -> bool:
-        if self.busy or self._pending or self._started or self._done:
-            return False
-        return not any(self.broker.has_work(p.spec.queues) for p in self.pools)
-
-    # ---- shutdown --------------------------------------------------------------------
-    def _shutdown_step(self, now: float) -> bool:
-        """Stop claiming; when drained or out of time, release what is left. True: exit."""
-        if self._stop_deadline is None:
-            self._stop_deadline = now + self.shutdown_timeout
-            log.info("shutting down: no more claims; waiting up to %g s for %d job(s)",
-                     self.shutdown_timeout, self.busy)  # fmt: skip
-        out_of_time = self._stop_requests >= 2 or now >= self._stop_deadline
-        # Jobs already timed out or lost are not waited for: their outcome is decided.
-        if any(not f.abandoned for f in self._inflight.values()) and not out_of_time:
-            return False
-        self._flush()
-        leftover = [c for c, f in self._inflight.items() if not f.abandoned]
-        if leftover:
-            try:
-                lost = self.broker.release(leftover)
-            except Exception as exc:
-                log.error(
-                    "could not release %d job(s); their leases will expire: %s", len(leftover), exc
-                )
-                lost = leftover
-            self.counters.released += len(leftover) - len(lost)
-            log.info("released %d job(s) back to ready without charging an attempt",
-                     len(leftover) - len(lost))  # fmt: skip
-            for claim in leftover:
-                self._abandon(claim)
-            self.leases.drop(leftover)
-        if self._pending:
-            log.error(
-                "%d outcome(s) could not be recorded; those jobs return by lease expiry",
-                len(self._pending),
-            )
-        return True

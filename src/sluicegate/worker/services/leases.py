@@ -9,19 +9,30 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from ..brokers import Broker
-from ..job import Claim
+from ...brokers import Broker
+from ...job import Claim
+from .base import Counters, Service
 
 log = logging.getLogger("sluicegate.worker")
 
 
-class LeaseKeeper:
-    def __init__(self, broker: Broker, lease: float) -> None:
+class LeaseKeeper(Service):
+    """Holds the claims this process owns and renews them every lease/3."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        lease: float,
+        counters: Counters | None = None,
+        on_lost: Callable[[Claim], None] | None = None,
+    ) -> None:
         self.broker = broker
         self.lease = lease
         self.interval = lease / 3
+        self.counters = counters or Counters()
+        self.on_lost = on_lost  # told of each claim a heartbeat found lost
         self.held: set[Claim] = set()
         self.next_beat = time.monotonic() + self.interval
         self.lost_total = 0
@@ -33,7 +44,13 @@ class LeaseKeeper:
         self.held.difference_update(claims)
 
     def due_in(self, now: float) -> float:
-        return max(0.0, self.next_beat - now) if self.held else self.interval
+        return max(0.0, self.next_beat - now)
+
+    def run(self, now: float) -> None:
+        for claim in self.beat_if_due(now):
+            self.counters.lease_lost += 1
+            if self.on_lost is not None:
+                self.on_lost(claim)
 
     def beat_if_due(self, now: float) -> list[Claim]:
         """Renew every held lease when due; returns the claims found lost."""

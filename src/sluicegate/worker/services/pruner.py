@@ -1,8 +1,9 @@
 """Retention: a background thread that deletes old finished jobs, in small batches.
 
-Kept off the dispatcher's thread so a large first prune never delays claims or
-heartbeats. Brokers make concurrent pruners safe (PostgreSQL: one at a time by an
-advisory lock; SQLite: batches serialise on the write lock).
+Kept off the loop's thread so a large first prune never delays claims or
+heartbeats; started and stopped with the other services. Brokers make concurrent
+pruners safe (PostgreSQL: each batch takes its own rows with FOR UPDATE SKIP
+LOCKED; SQLite: batches serialise on the write lock).
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ import logging
 import random
 import threading
 
-from ..brokers import Broker, Retention
+from ...brokers import Broker, Retention
+from .base import Service
 
 log = logging.getLogger("sluicegate.worker")
 
 
-class Pruner:
+class Pruner(Service):
+    uses_broker = False  # its own thread, its own retries: never due on the loop
+
     def __init__(self, broker: Broker, retention: Retention, interval: float = 600.0) -> None:
         self.broker = broker
         self.retention = retention

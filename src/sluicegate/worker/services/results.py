@@ -1,0 +1,127 @@
+"""The result writer: every start and outcome of a turn recorded in one broker write.
+
+Starts arrive from executor threads, outcomes from the loop. A failed write puts
+the whole batch back in front of what came since, in order, so nothing is lost and
+the next flush retries it. Outcomes of jobs whose lease was lost are refused by
+the broker's fencing, never applied.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable
+
+from ...brokers import Broker
+from ...job import Claim, Event
+from ...outcomes import Buried, Outcome, Settled
+from .backoff import Backoff
+from .base import Counters, Service
+from .leases import LeaseKeeper
+
+log = logging.getLogger("sluicegate.worker")
+
+
+class ResultWriter(Service):
+    def __init__(
+        self,
+        broker: Broker,
+        leases: LeaseKeeper,
+        counters: Counters | None = None,
+        backoff: Backoff | None = None,
+        on_lost: Callable[[Claim], None] | None = None,
+    ) -> None:
+        self.broker = broker
+        self.leases = leases
+        self.counters = counters or Counters()
+        self.backoff = backoff or Backoff()
+        self.on_lost = on_lost  # told of each claim whose outcome the broker refused
+        self._started: collections.deque[Claim] = collections.deque()  # any thread appends
+        self._pending: list[Outcome] = []  # the loop's thread only
+
+    # ---- filling the buffers -----------------------------------------------------
+    def started(self, claim: Claim) -> None:
+        """A job's body began (called from its executor's thread)."""
+        self._started.append(claim)
+
+    def add(self, outcome: Outcome) -> None:
+        self._pending.append(outcome)
+
+    def settled(self, outcome: Settled) -> None:
+        """A transactional task already committed its ack (or found its lease lost)."""
+        self.leases.drop([outcome.claim])
+        if outcome.lease_lost:
+            self.counters.lease_lost += 1
+            log.warning(
+                "lease lost on job %s: its transaction was rolled back", outcome.claim.job_id
+            )
+        else:
+            self.counters.succeeded += 1
+
+    @property
+    def pending(self) -> int:
+        """Outcomes not yet recorded."""
+        return len(self._pending)
+
+    @property
+    def unwritten(self) -> int:
+        """Starts and outcomes not yet recorded."""
+        return len(self._started) + len(self._pending)
+
+    # ---- the service -----------------------------------------------------------------
+    def due_in(self, now: float) -> float | None:
+        return 0.0 if self._started or self._pending else None
+
+    def run(self, now: float) -> None:
+        self.flush()
+
+    def flush(self) -> None:
+        """Record starts and outcomes in one broker write; keep them for retry on error."""
+        started, outcomes = self._take_batch()
+        if not started and not outcomes:
+            return
+        try:
+            lost = self.broker.record(started, outcomes)
+        except Exception as exc:
+            self._put_back(started, outcomes)
+            self.backoff.failed(exc)
+            return
+        self.backoff.ok()
+        self._recorded(outcomes, lost)
+
+    def _take_batch(self) -> tuple[list[Claim], list[Outcome]]:
+        """Starts and outcomes waiting to be written (taken out of the buffers); starts of
+        jobs no longer held (already finished or lost) are not worth a write."""
+        started = []
+        while self._started:
+            started.append(self._started.popleft())
+        started = [c for c in started if c in self.leases.held]
+        outcomes, self._pending = self._pending, []
+        return started, outcomes
+
+    def _put_back(self, started: list[Claim], outcomes: list[Outcome]) -> None:
+        """Storage trouble: keep everything, in order, for the next try; nothing was recorded."""
+        self._pending = outcomes + self._pending
+        self._started.extendleft(reversed(started))
+
+    def _recorded(self, outcomes: list[Outcome], lost: list[Claim]) -> None:
+        self.leases.drop(o.claim for o in outcomes)
+        lost_set = set(lost)
+        for outcome in outcomes:
+            if outcome.claim in lost_set:
+                continue
+            if outcome.event is Event.ACK:
+                self.counters.succeeded += 1
+            elif isinstance(outcome, Buried):
+                self.counters.dead += 1
+                log.warning("job %s is dead: %s", outcome.claim.job_id, outcome.error)
+            else:
+                self.counters.retried += 1
+        for claim in lost:
+            self.counters.lease_lost += 1
+            if self.on_lost is not None:
+                self.on_lost(claim)
+            log.warning(
+                "lease lost on job %s: outcome refused (another worker holds it or it ended)",
+                claim.job_id,
+            )
