@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from sg_harness import all_in, counts, wait_for
@@ -360,3 +361,18 @@ def test_cancel_of_a_running_job_refuses_its_ack(
     nxt = afterwards.enqueue()
     wait_for(lambda: app.get_job(nxt.id).state == JobState.SUCCEEDED)
     assert app.get_job(job.id).state == JobState.CANCELLED
+
+
+def test_a_worker_started_from_python_applies_the_settings_file(tmp_path: Path) -> None:
+    """Overrides in the settings file route tasks before the worker fits them to pools,
+    even when no enqueue has read the file yet."""
+    config = tmp_path / "sluicegate.toml"
+    config.write_text('[tasks.send]\nqueue = "email"\nmax_attempts = 7\n')
+    app = App(broker="memory://", config=str(config))
+
+    @app.task
+    def send() -> None: ...
+
+    Worker(app, [PoolSpec("email", ("email",), 1)], burst=True)
+    assert send.options.queue == "email"
+    assert send.options.max_attempts == 7

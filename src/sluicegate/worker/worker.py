@@ -73,6 +73,7 @@ class Worker:
         self.app = app
         self.broker = broker = broker or app.broker
         self.pools = [PoolState(spec) for spec in check_pools(list(pools or [DEFAULT_POOL]))]
+        app.configure()  # the settings file's task overrides, before tasks are fitted to pools
         check_tasks_fit(app, [p.spec for p in self.pools], broker.supports_transactions)
         self.burst = burst
         self.worker_id = worker_id or new_worker_id()
