@@ -1,9 +1,11 @@
 """The broker interface: the only seam between sluicegate and storage.
 
 Split by who calls it, so the hot path (claim, heartbeat, ack) stays apart from
-the read side (stats, listings) and from operator actions. Every broker passes
-one conformance suite (tests/brokers); nothing above this seam knows which
-broker it has.
+the read side (stats, listings) and from operator actions. Every storage verb is
+abstract: a broker that lacks one fails when it is instantiated, not later in a
+background thread. Every broker passes one conformance suite
+(``sluicegate.testing.conformance``); nothing above this seam knows which broker
+it has.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ def worker_lost_error(worker_id: str | None) -> ErrorInfo:
 
 
 class Broker(ABC):
-    """Durable job storage. Implementations: memory, sqlite (and postgresql later)."""
+    """Durable job storage. Implementations: memory, sqlite and postgresql, registered by
+    URL scheme in ``sluicegate.brokers.BROKERS``."""
 
     url: str
     migrations_applied: Sequence[int] = ()  # versions this handle applied (open or migrate())
@@ -153,28 +156,31 @@ class Broker(ABC):
     def retry(self, job_id: int) -> Job:
         """Bring a dead or cancelled job back to ready with a fresh attempt budget."""
 
+    @abstractmethod
     def migrate(self) -> list[int]:
         """Create or upgrade the storage schema; returns the migration versions applied."""
-        return []
 
     # ---- retention -----------------------------------------------------
     def prune(self, retention: Retention, batch: int = 1000) -> int:
         """Delete finished jobs older than their state's retention; returns how many.
 
-        One small batch per transaction, repeated until a batch comes back short.
+        One small batch per transaction, repeated until a batch comes back short. Safe
+        from many workers at once: each batch takes only rows no other pruner holds.
         """
         deleted = 0
         for state, older_than in retention.by_state().items():
             while True:
-                count = self._prune_batch(state, older_than, batch)
+                count = self.prune_batch(state, older_than, batch)
                 deleted += count
                 if count < batch:
                     break
         return deleted
 
-    def _prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
-        """Delete at most ``batch`` jobs of ``state`` finished over ``older_than`` s ago."""
-        raise NotImplementedError
+    @abstractmethod
+    def prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
+        """Delete at most ``batch`` jobs of ``state`` finished over ``older_than`` s ago;
+        returns how many. Concurrent calls never count one row twice (SQLite: they
+        serialise on the write lock; PostgreSQL: ``FOR UPDATE SKIP LOCKED``)."""
 
     # ---- transactional completion -----------------------------------------
     def transaction(self) -> contextlib.AbstractContextManager[Any]:
@@ -216,7 +222,8 @@ class Broker(ABC):
         LISTEN connection, a doorbell): workers then need their safety poll only rarely."""
         return False
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    @abstractmethod
+    def close(self) -> None:
         """Release connections and threads."""
 
     # ---- single-claim conveniences over the batched calls ----------------

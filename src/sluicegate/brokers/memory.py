@@ -63,6 +63,12 @@ class MemoryBroker(Broker):
             return None
         return job
 
+    def migrate(self) -> list[int]:
+        return []  # nothing to create: the jobs live in this object
+
+    def close(self) -> None:
+        self._subscribers.stop()
+
     # ---- producer side ----------------------------------------------------------
     def enqueue(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
         if connection is not None:
@@ -247,7 +253,7 @@ class MemoryBroker(Broker):
         return revived
 
     # ---- retention -----------------------------------------------------------------
-    def _prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
+    def prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
         with self._lock:
             cutoff = self._clock() - older_than
             doomed = [

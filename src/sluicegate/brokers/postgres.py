@@ -724,7 +724,7 @@ class PostgresBroker(Broker):
         )
 
     # ---- retention -------------------------------------------------------------------------------------
-    def _prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
+    def prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
         """Pruners may run at once: SKIP LOCKED gives each its own rows and its own count."""
         with self._custom_plans() as conn:
             return int(conn.execute(self._queries["prune"], {

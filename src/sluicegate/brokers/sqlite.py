@@ -418,7 +418,7 @@ class SQLiteBroker(Broker):
         raise refusal(verb, job_id, current["state"] if current else None)
 
     # ---- retention ------------------------------------------------------------
-    def _prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
+    def prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
         with self._write() as conn:
             params = {"state": state.value, "cutoff": self._clock() - older_than, "batch": batch}
             return int(conn.execute(Q["prune"], params).rowcount)
