@@ -294,7 +294,7 @@ class TestListenNotify:
             fired.clear()
             assert fired.wait(5), "no wake-up after the LISTEN connection came back"
             deadline = time.monotonic() + 5
-            while not watcher._listening.is_set() and time.monotonic() < deadline:
+            while not watcher._listener.listening.is_set() and time.monotonic() < deadline:
                 time.sleep(0.01)
             fired.clear()
             producer.enqueue([spec()])
@@ -486,18 +486,18 @@ class TestPrune:
 def _break_next_commit(pg: PostgresBroker, landed: bool) -> None:
     """The next transaction of ``pg`` reports a lost connection at COMMIT; ``landed``: the
     server had committed it anyway (the reply was lost), else it was rolled back."""
-    original = pg._conn
+    original = pg._db.transaction
 
     @contextlib.contextmanager
     def broken() -> Iterator[Any]:
-        pg._conn = original  # type: ignore[method-assign]
+        pg._db.transaction = original  # type: ignore[method-assign]
         with original() as conn:
             yield conn
             if not landed:
                 raise BrokerUnavailable("connection lost before COMMIT")
         raise BrokerUnavailable("connection lost at COMMIT")
 
-    pg._conn = broken  # type: ignore[method-assign]
+    pg._db.transaction = broken  # type: ignore[method-assign]
 
 
 class TestUnknownFate:

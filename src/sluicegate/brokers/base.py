@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, InvalidTransition, JobNotFound, LeaseLost
-from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState
+from ..job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobSpec, JobState
 from ..outcomes import Buried, Outcome, Retried, Succeeded
 
 
@@ -48,11 +48,50 @@ class Recovery:
     dead: list[JobId] = field(default_factory=list)
 
 
-def refusal(verb: str, job_id: int, state: str | None) -> JobNotFound | InvalidTransition:
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    """One ``record`` call grouped by what it does to rows, by each outcome's ``event``:
+    every broker writes one group at a time (SQL brokers: one statement per group)."""
+
+    starts: list[Claim]  # started claims that no outcome of the same call finishes
+    acks: list[Succeeded]
+    burials: list[Buried]
+    retries: list[Retried]
+    claims: list[Claim]  # every claim written: starts, then outcomes in the order given
+
+    @classmethod
+    def of(cls, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> RecordBatch:
+        finishing = {o.claim for o in outcomes}
+        starts = [c for c in started if c not in finishing]  # the outcome sets started_at
+        acks: list[Succeeded] = []
+        burials: list[Buried] = []
+        retries: list[Retried] = []
+        by_event: dict[Event, list[Any]] = {
+            Event.ACK: acks,
+            Event.BURY: burials,
+            Event.RETRY: retries,
+        }
+        for outcome in outcomes:
+            by_event[outcome.event].append(outcome)
+        return cls(starts, acks, burials, retries, [*starts, *(o.claim for o in outcomes)])
+
+    @property
+    def only_starts(self) -> bool:
+        return not (self.acks or self.burials or self.retries)
+
+    def lost(self, matched: set[Claim]) -> list[Claim]:
+        """The claims written that no write matched: their token no longer held the job."""
+        return [c for c in self.claims if c not in matched]
+
+
+VERBS = {Event.CANCEL: "cancel", Event.REVIVE: "retry"}  # operator actions, as users say them
+
+
+def refusal(event: Event, job_id: int, state: str | None) -> JobNotFound | InvalidTransition:
     """The error for an operator action (cancel, retry) that changed nothing."""
     if state is None:
         return JobNotFound(f"job {job_id} not found")
-    return InvalidTransition(f"cannot {verb} job {job_id}: it is {state}")
+    return InvalidTransition(f"cannot {VERBS[event]} job {job_id}: it is {state}")
 
 
 def unique_key_taken(job_id: int) -> InvalidTransition:

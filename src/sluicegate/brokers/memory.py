@@ -27,8 +27,17 @@ from ..job import (
     can_apply,
     initial_state,
 )
-from ..outcomes import Buried, Outcome, Succeeded
-from .base import Broker, QueueStats, Recovery, Stats, refusal, unique_key_taken, worker_lost_error
+from ..outcomes import Outcome
+from .base import (
+    Broker,
+    QueueStats,
+    RecordBatch,
+    Recovery,
+    Stats,
+    refusal,
+    unique_key_taken,
+    worker_lost_error,
+)
 from .wakeups import Subscribers
 
 
@@ -145,39 +154,38 @@ class MemoryBroker(Broker):
             return max(0.0, min(times) - self._clock()) if times else None
 
     def record(self, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> list[Claim]:
-        lost = []
-        retried = False
+        batch = RecordBatch.of(started, outcomes)
+        done: set[Claim] = set()
         with self._lock:
             now = self._clock()
-            finishing = {o.claim for o in outcomes}
-            for claim in started:
-                if claim in finishing:
-                    continue
-                job = self._holds(claim, Event.START)
-                if job is None:
-                    lost.append(claim)
-                else:
+            for claim in batch.starts:
+                if job := self._holds(claim, Event.START):
                     self._set(job, Event.START, started_at=now)
-            for outcome in outcomes:
-                event = outcome.event
-                job = self._holds(outcome.claim, event)
-                if job is None:
-                    lost.append(outcome.claim)
-                    continue
-                started_at = job.started_at if job.state is JobState.RUNNING else now
-                if isinstance(outcome, Succeeded):
-                    self._set(job, event, result=loads(outcome.result_json), finished_at=now,
-                              started_at=started_at, lease_expires_at=None)  # fmt: skip
-                elif isinstance(outcome, Buried):
-                    self._set(job, event, last_error=outcome.error, finished_at=now,
-                              started_at=started_at, lease_expires_at=None)  # fmt: skip
-                else:
-                    retried = True
-                    self._set(job, event, last_error=outcome.error, run_at=now + outcome.retry_in,
-                              started_at=started_at, lease_expires_at=None)  # fmt: skip
-        if retried:
+                    done.add(claim)
+            for ack in batch.acks:
+                if self._finish(ack, now, result=loads(ack.result_json), finished_at=now):
+                    done.add(ack.claim)
+            for buried in batch.burials:
+                if self._finish(buried, now, last_error=buried.error, finished_at=now):
+                    done.add(buried.claim)
+            for retried in batch.retries:
+                if self._finish(
+                    retried, now, last_error=retried.error, run_at=now + retried.retry_in
+                ):
+                    done.add(retried.claim)
+        if batch.retries:
             self._subscribers.notify_local()
-        return lost
+        return batch.lost(done)
+
+    def _finish(self, outcome: Outcome, now: float, **changes: object) -> bool:
+        """Apply the outcome's event if its claim still holds the job. A job finished without
+        a separate start began its body now: an earlier attempt's started_at must not stand."""
+        job = self._holds(outcome.claim, outcome.event)
+        if job is None:
+            return False
+        started_at = job.started_at if job.state is JobState.RUNNING else now
+        self._set(job, outcome.event, started_at=started_at, lease_expires_at=None, **changes)
+        return True
 
     def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
         lost = []
@@ -228,20 +236,20 @@ class MemoryBroker(Broker):
         return result
 
     # ---- operator actions -------------------------------------------------------
-    def _get(self, job_id: int, verb: str, event: Event) -> Job:
+    def _get(self, job_id: int, event: Event) -> Job:
         job = self._jobs.get(JobId(job_id))
         if job is None or not can_apply(job.state, event):
-            raise refusal(verb, job_id, job.state.value if job else None)
+            raise refusal(event, job_id, job.state.value if job else None)
         return job
 
     def cancel(self, job_id: int) -> Job:
         with self._lock:
-            job = self._get(job_id, "cancel", Event.CANCEL)
+            job = self._get(job_id, Event.CANCEL)
             return self._set(job, Event.CANCEL, finished_at=self._clock(), lease_expires_at=None)
 
     def retry(self, job_id: int) -> Job:
         with self._lock:
-            job = self._get(job_id, "retry", Event.REVIVE)
+            job = self._get(job_id, Event.REVIVE)
             if job.unique_key is not None and any(
                 j.unique_key == job.unique_key and j.state in UNFINISHED
                 for j in self._jobs.values()
