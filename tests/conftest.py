@@ -57,17 +57,27 @@ def open_postgres(url: str, clock: Callable[[], float]) -> Broker:
 
 BROKER_KINDS: dict[str, BrokerKind] = {
     "memory": BrokerKind(
-        "memory", lambda tmp: "memory://", lambda url, clock: MemoryBroker(url, clock=clock),
-        shared=False, multiprocess=False,
+        "memory",
+        lambda tmp: "memory://",
+        lambda url, clock: MemoryBroker(url, clock=clock),
+        shared=False,
+        multiprocess=False,
     ),
     "sqlite": BrokerKind(
-        "sqlite", lambda tmp: sqlite_url(tmp / "jobs.db"),
-        lambda url, clock: SQLiteBroker(url, clock=clock), shared=True, multiprocess=True,
+        "sqlite",
+        lambda tmp: sqlite_url(tmp / "jobs.db"),
+        lambda url, clock: SQLiteBroker(url, clock=clock),
+        shared=True,
+        multiprocess=True,
     ),
     "postgresql": BrokerKind(
-        "postgresql", postgres_url, open_postgres, shared=True, multiprocess=True,
+        "postgresql",
+        postgres_url,
+        open_postgres,
+        shared=True,
+        multiprocess=True,
     ),
-}  # fmt: skip
+}
 
 
 @pytest.fixture(autouse=True)

@@ -82,9 +82,9 @@ class TestMigrations:
         rows = sql.execute(f"SELECT version, name FROM {schema}.schema_version").fetchall()
         assert rows == [(1, "initial")]
         tables = sql.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
-            "ORDER BY 1", (schema,),
-        ).fetchall()  # fmt: skip
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
+            (schema,),
+        ).fetchall()
         assert [t[0] for t in tables] == ["jobs", "schema_version"]
 
     def test_migrate_twice_is_a_no_op(self, pg_url: str, open_pg: Any, sql: Any) -> None:
@@ -196,9 +196,14 @@ def test_the_claim_reads_the_jobs_ready_index(pg: PostgresBroker, pg_url: str, s
     pg.enqueue([spec(queue="other") for _ in range(50)])
     sql.execute(f"ANALYZE {schema_of(pg_url)}.jobs")
     params = {
-        "queues": ["q", "other"], "n": 10, "token": 1, "lease": 30.0, "worker": "w", "now": None,
+        "queues": ["q", "other"],
+        "n": 10,
+        "token": 1,
+        "lease": 30.0,
+        "worker": "w",
+        "now": None,
         "promote": True,
-    }  # fmt: skip
+    }
     with psycopg.connect(pg.dsn) as conn:
         plan = conn.execute("EXPLAIN " + pg._queries["claim"], params).fetchall()
         conn.rollback()
@@ -238,9 +243,14 @@ def test_the_claims_generic_plan_reads_indexes_only(
     assert pg.record([], [Succeeded(c, "null") for c in claims]) == []
     sql.execute(f"ANALYZE {schema_of(pg_url)}.jobs")
     params = {
-        "queues": ["q"], "n": 8, "token": 1, "lease": 30.0, "worker": "w", "now": None,
+        "queues": ["q"],
+        "n": 8,
+        "token": 1,
+        "lease": 30.0,
+        "worker": "w",
+        "now": None,
         "promote": True,
-    }  # fmt: skip
+    }
     with psycopg.connect(pg.dsn) as conn:
         text = generic_plan(conn, pg._queries["claim"], params)
     assert "jobs_ready" in text, text

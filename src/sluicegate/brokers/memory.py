@@ -88,21 +88,30 @@ class MemoryBroker(Broker):
             for spec in specs:
                 if spec.unique_key is not None:
                     existing = next(
-                        (j for j in self._jobs.values()
-                         if j.unique_key == spec.unique_key and j.state in UNFINISHED),
+                        (
+                            j
+                            for j in self._jobs.values()
+                            if j.unique_key == spec.unique_key and j.state in UNFINISHED
+                        ),
                         None,
-                    )  # fmt: skip
+                    )
                     if existing is not None:
                         out.append(existing)
                         continue
                 run_at = spec.run_at if spec.run_at is not None else now + spec.delay
                 job = Job(
-                    id=JobId(next(self._ids)), task=spec.task, queue=spec.queue,
-                    state=initial_state(run_at, now), args=loads(spec.args_json),
-                    kwargs=loads(spec.kwargs_json), priority=spec.priority,
-                    max_attempts=spec.max_attempts, run_at=run_at, enqueued_at=now,
+                    id=JobId(next(self._ids)),
+                    task=spec.task,
+                    queue=spec.queue,
+                    state=initial_state(run_at, now),
+                    args=loads(spec.args_json),
+                    kwargs=loads(spec.kwargs_json),
+                    priority=spec.priority,
+                    max_attempts=spec.max_attempts,
+                    run_at=run_at,
+                    enqueued_at=now,
                     unique_key=spec.unique_key,
-                )  # fmt: skip
+                )
                 self._jobs[job.id] = job
                 out.append(job)
         self._subscribers.notify_local()
@@ -126,9 +135,12 @@ class MemoryBroker(Broker):
             out = []
             for job in ready:
                 claimed = self._set(
-                    job, Event.CLAIM, attempts=job.attempts + 1,
-                    lease_expires_at=now + lease, worker_id=worker_id,
-                )  # fmt: skip
+                    job,
+                    Event.CLAIM,
+                    attempts=job.attempts + 1,
+                    lease_expires_at=now + lease,
+                    worker_id=worker_id,
+                )
                 self._tokens[job.id] = token
                 out.append(ClaimedJob(Claim(job.id, token), claimed))
             return out
@@ -207,8 +219,13 @@ class MemoryBroker(Broker):
                 if job is None:
                     lost.append(claim)
                 else:
-                    self._set(job, Event.RELEASE, attempts=max(job.attempts - 1, 0),
-                              lease_expires_at=None, worker_id=None)  # fmt: skip
+                    self._set(
+                        job,
+                        Event.RELEASE,
+                        attempts=max(job.attempts - 1, 0),
+                        lease_expires_at=None,
+                        worker_id=None,
+                    )
         if len(lost) < len(claims):
             self._subscribers.notify_local()
         return lost
@@ -218,18 +235,25 @@ class MemoryBroker(Broker):
         with self._lock:
             now = self._clock()
             expired = [
-                j for j in self._jobs.values()
+                j
+                for j in self._jobs.values()
                 if j.state in HELD and j.lease_expires_at is not None and j.lease_expires_at < now
-            ][:limit]  # fmt: skip
+            ][:limit]
             for job in expired:
                 error = worker_lost_error(job.worker_id)
                 if job.attempts >= job.max_attempts:
-                    self._set(job, Event.RECOVER_DEAD, last_error=error, finished_at=now,
-                              lease_expires_at=None)  # fmt: skip
+                    self._set(
+                        job,
+                        Event.RECOVER_DEAD,
+                        last_error=error,
+                        finished_at=now,
+                        lease_expires_at=None,
+                    )
                     result.dead.append(job.id)
                 else:
-                    self._set(job, Event.RECOVER, last_error=error, lease_expires_at=None,
-                              worker_id=None)  # fmt: skip
+                    self._set(
+                        job, Event.RECOVER, last_error=error, lease_expires_at=None, worker_id=None
+                    )
                     result.requeued.append(job.id)
         if result.requeued:
             self._subscribers.notify_local()
@@ -255,8 +279,15 @@ class MemoryBroker(Broker):
                 for j in self._jobs.values()
             ):
                 raise unique_key_taken(job_id)
-            revived = self._set(job, Event.REVIVE, attempts=0, run_at=self._clock(),
-                                finished_at=None, lease_expires_at=None, worker_id=None)  # fmt: skip
+            revived = self._set(
+                job,
+                Event.REVIVE,
+                attempts=0,
+                run_at=self._clock(),
+                finished_at=None,
+                lease_expires_at=None,
+                worker_id=None,
+            )
         self._subscribers.notify_local()
         return revived
 
@@ -265,9 +296,10 @@ class MemoryBroker(Broker):
         with self._lock:
             cutoff = self._clock() - older_than
             doomed = [
-                j.id for j in self._jobs.values()
+                j.id
+                for j in self._jobs.values()
                 if j.state is state and j.finished_at is not None and j.finished_at < cutoff
-            ][:batch]  # fmt: skip
+            ][:batch]
             for job_id in doomed:
                 del self._jobs[job_id]
                 self._tokens.pop(job_id, None)
@@ -283,9 +315,10 @@ class MemoryBroker(Broker):
     ) -> list[Job]:
         with self._lock:
             jobs = [
-                j for j in self._jobs.values()
+                j
+                for j in self._jobs.values()
                 if (state is None or j.state is state) and (queue is None or j.queue == queue)
-            ]  # fmt: skip
+            ]
         return sorted(jobs, key=lambda j: j.id, reverse=True)[:limit]
 
     def stats(self) -> Stats:

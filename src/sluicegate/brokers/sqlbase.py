@@ -43,10 +43,25 @@ class JobRows:
 
     def job(self, row: Row) -> Job:
         (
-            id_, queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts,
-            unique_key, worker_id, lease_expires_at, enqueued_at, started_at, finished_at,
-            result, last_error,
-        ) = self._pick(row)  # fmt: skip
+            id_,
+            queue,
+            task,
+            args,
+            kwargs,
+            state,
+            priority,
+            run_at,
+            attempts,
+            max_attempts,
+            unique_key,
+            worker_id,
+            lease_expires_at,
+            enqueued_at,
+            started_at,
+            finished_at,
+            result,
+            last_error,
+        ) = self._pick(row)
         return Job.from_fields(
             id=JobId(id_),
             task=task,

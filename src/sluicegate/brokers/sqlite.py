@@ -170,9 +170,19 @@ class SQLiteBroker(SQLBroker):
             run_at = spec.run_at if spec.run_at is not None else now + spec.delay
             state = ready if run_at <= now else scheduled  # job.initial_state, inlined
             rows.append(
-                (spec.queue, spec.task, spec.args_json, spec.kwargs_json, state,
-                 spec.priority, run_at, spec.max_attempts, spec.unique_key, now)
-            )  # fmt: skip
+                (
+                    spec.queue,
+                    spec.task,
+                    spec.args_json,
+                    spec.kwargs_json,
+                    state,
+                    spec.priority,
+                    run_at,
+                    spec.max_attempts,
+                    spec.unique_key,
+                    now,
+                )
+            )
         ids: list[int] = [0] * len(specs)
         existing: dict[int, Job] = {}
         with self._write() as conn:
@@ -211,13 +221,19 @@ class SQLiteBroker(SQLBroker):
                 continue
             jobs.append(
                 Job.from_fields(
-                    id=JobId(ids[i]), task=task, queue=queue,
+                    id=JobId(ids[i]),
+                    task=task,
+                    queue=queue,
                     state=JobState.READY if state is ready else JobState.SCHEDULED,
                     args=loads(args),
-                    kwargs=loads(kwargs), priority=priority, max_attempts=attempts,
-                    run_at=run_at, enqueued_at=now, unique_key=key,
+                    kwargs=loads(kwargs),
+                    priority=priority,
+                    max_attempts=attempts,
+                    run_at=run_at,
+                    enqueued_at=now,
+                    unique_key=key,
                 )
-            )  # fmt: skip
+            )
         return jobs
 
     # ---- hot path -------------------------------------------------------
@@ -278,9 +294,14 @@ class SQLiteBroker(SQLBroker):
             ("start", [[c.job_id, c.token] for c in batch.starts]),
             ("ack", [[o.claim.job_id, o.claim.token, o.result_json] for o in batch.acks]),
             ("fail_dead", [[o.claim.job_id, o.claim.token, _error_json(o)] for o in batch.burials]),
-            ("fail_retry", [[o.claim.job_id, o.claim.token, _error_json(o), o.retry_in]
-                            for o in batch.retries]),
-        ]  # fmt: skip
+            (
+                "fail_retry",
+                [
+                    [o.claim.job_id, o.claim.token, _error_json(o), o.retry_in]
+                    for o in batch.retries
+                ],
+            ),
+        ]
         now = self._clock()
         done: set[Claim] = set()
         for name, rows in writes:

@@ -145,8 +145,15 @@ def make_state(broker: Broker, clock: FakeClock, target: JobState, **fields: Any
 # ---- enqueue ----------------------------------------------------------------------
 class TestEnqueue:
     def test_single_job_is_ready_and_stored(self, broker: Broker, clock: FakeClock) -> None:
-        job = put(broker, task="send", queue="email", args=[1, "a"], kwargs={"k": [True]},
-                  priority=4, max_attempts=7)  # fmt: skip
+        job = put(
+            broker,
+            task="send",
+            queue="email",
+            args=[1, "a"],
+            kwargs={"k": [True]},
+            priority=4,
+            max_attempts=7,
+        )
         assert job.id > 0
         assert (job.task, job.queue, job.state) == ("send", "email", S.READY)
         assert (job.args, job.kwargs) == ([1, "a"], {"k": [True]})
@@ -166,10 +173,16 @@ class TestEnqueue:
 
     def test_bulk_enqueue_mixing_unique_keys_keeps_fifo_order(self, broker: Broker) -> None:
         kept = put(broker, unique_key="held", args=["kept"])
-        jobs = broker.enqueue([
-            spec(args=[0], unique_key="k0"), spec(args=[1]), spec(args=[2]),
-            spec(args=["dup"], unique_key="held"), spec(args=[3], unique_key="k3"), spec(args=[4]),
-        ])  # fmt: skip
+        jobs = broker.enqueue(
+            [
+                spec(args=[0], unique_key="k0"),
+                spec(args=[1]),
+                spec(args=[2]),
+                spec(args=["dup"], unique_key="held"),
+                spec(args=[3], unique_key="k3"),
+                spec(args=[4]),
+            ]
+        )
         assert [j.args for j in jobs] == [[0], [1], [2], ["kept"], [3], [4]]
         assert jobs[3].id == kept.id
         fresh = [j.id for j in jobs if j.id != kept.id]
@@ -257,14 +270,16 @@ class TestClaim:
         self, broker: Broker, clock: FakeClock
     ) -> None:
         t = clock.now
-        made = broker.enqueue([
-            spec(args=["p1 late"], priority=1, run_at=t - 1),
-            spec(args=["p0 late a"], priority=0, run_at=t - 1),
-            spec(args=["p0 early"], priority=0, run_at=t - 9),
-            spec(args=["p0 late b"], priority=0, run_at=t - 1),
-            spec(args=["p-5"], priority=-5, run_at=t),
-            spec(args=["p1 early"], priority=1, run_at=t - 9),
-        ])  # fmt: skip
+        made = broker.enqueue(
+            [
+                spec(args=["p1 late"], priority=1, run_at=t - 1),
+                spec(args=["p0 late a"], priority=0, run_at=t - 1),
+                spec(args=["p0 early"], priority=0, run_at=t - 9),
+                spec(args=["p0 late b"], priority=0, run_at=t - 1),
+                spec(args=["p-5"], priority=-5, run_at=t),
+                spec(args=["p1 early"], priority=1, run_at=t - 9),
+            ]
+        )
         assert all(j.state is S.READY for j in made)
         order = ["p-5", "p0 early", "p0 late a", "p0 late b", "p1 early", "p1 late"]
         claimed = broker.claim(["q"], 10, LEASE, "w")
@@ -785,19 +800,37 @@ class TestRead:
         assert stats == {
             "queues": {
                 "other": {
-                    "scheduled": 0, "ready": 1, "claimed": 0, "running": 0, "succeeded": 0,
-                    "dead": 0, "cancelled": 0, "oldest_ready_age_s": 6.0,
+                    "scheduled": 0,
+                    "ready": 1,
+                    "claimed": 0,
+                    "running": 0,
+                    "succeeded": 0,
+                    "dead": 0,
+                    "cancelled": 0,
+                    "oldest_ready_age_s": 6.0,
                 },
                 "q": {
-                    "scheduled": 1, "ready": 3, "claimed": 1, "running": 1, "succeeded": 1,
-                    "dead": 1, "cancelled": 1, "oldest_ready_age_s": 4.0,
+                    "scheduled": 1,
+                    "ready": 3,
+                    "claimed": 1,
+                    "running": 1,
+                    "succeeded": 1,
+                    "dead": 1,
+                    "cancelled": 1,
+                    "oldest_ready_age_s": 4.0,
                 },
             }
-        }  # fmt: skip
+        }
         assert list(stats["queues"]["q"]) == [
-            "scheduled", "ready", "claimed", "running", "succeeded", "dead", "cancelled",
+            "scheduled",
+            "ready",
+            "claimed",
+            "running",
+            "succeeded",
+            "dead",
+            "cancelled",
             "oldest_ready_age_s",
-        ]  # fmt: skip
+        ]
 
     def test_oldest_ready_age_is_zero_without_ready_jobs(
         self, broker: Broker, clock: FakeClock
@@ -966,9 +999,11 @@ class TestRaces:
         _run_threads(8, work)
         passes = [r for rs in results for r in rs]
         _assert_recovered_once(
-            broker, jobs,
-            [i for r in passes for i in r.requeued], [i for r in passes for i in r.dead],
-        )  # fmt: skip
+            broker,
+            jobs,
+            [i for r in passes for i in r.requeued],
+            [i for r in passes for i in r.dead],
+        )
 
 
 def _assert_recovered_once(
@@ -1033,10 +1068,11 @@ class TestProcessRaces:
         broker.claim(["q"], len(jobs), 10, "w-lost")
         outputs = [pair for o in _run_children(broker_url, "recover", 4) for pair in o]
         _assert_recovered_once(
-            broker, jobs,
+            broker,
+            jobs,
             [i for kind, i in outputs if kind == "requeued"],
             [i for kind, i in outputs if kind == "dead"],
-        )  # fmt: skip
+        )
 
 
 # ---- every broker behaves like the reference broker ----------------------------------------
@@ -1078,8 +1114,9 @@ def _step(broker: Broker, claims: list[Claim], op: tuple[Any, ...]) -> tuple[Any
     try:
         if kind == "enqueue":
             _, queue, priority, delay, attempts, key = op
-            new = spec(queue=queue, priority=priority, delay=delay, max_attempts=attempts,
-                       unique_key=key)  # fmt: skip
+            new = spec(
+                queue=queue, priority=priority, delay=delay, max_attempts=attempts, unique_key=key
+            )
             return ("ids", [j.id for j in broker.enqueue([new])])
         if kind == "claim":
             got = broker.claim(list(op[1]), op[2], op[3], "w")
