@@ -1,7 +1,7 @@
 """The PostgreSQL broker, in parts: ``url`` (options, redaction), ``connections`` (pools,
-error translation), ``listener`` (LISTEN/NOTIFY wake-ups), ``fate`` (writes of unknown
-fate) and ``broker`` (the verbs). Importing this package needs no psycopg; opening a
-broker does."""
+error translation, quiet pool logs), ``listener`` (LISTEN/NOTIFY wake-ups), ``fate``
+(writes of unknown fate), ``inserts`` (rows in) and ``broker`` (the verbs). Importing
+this package needs no psycopg; opening a broker does."""
 
 from __future__ import annotations
 
