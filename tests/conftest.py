@@ -1,7 +1,9 @@
 """Shared fixtures: a fake clock and a ``broker`` fixture run against every broker kind.
 
 To add a broker, add one ``BrokerKind`` to ``BROKER_KINDS``; every test that takes
-``broker`` (the conformance suite) then runs against it too.
+``broker`` (the conformance suite, sluicegate.testing.conformance) then runs against it
+too. ``clock``, ``broker_url``, ``open_broker`` and ``broker`` are the suite's own
+fixtures, built from ``broker_kind``.
 
 PostgreSQL runs on a real server found by tests/pgserver.py, each test on its own freshly
 migrated schema (dropped at teardown). Without a server its tests are skipped with the
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,8 @@ from pgserver import require_postgres
 from sluicegate.brokers.base import Broker
 from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.brokers.sqlite import SQLiteBroker
+from sluicegate.testing import BrokerKind, FakeClock
+from sluicegate.testing.conformance import broker, broker_url, clock, open_broker
 
 # The worker and chaos tests' shared fixtures live with their helpers in tests/apps.
 APPS = Path(__file__).resolve().parent / "apps"
@@ -29,42 +32,10 @@ if str(APPS) not in sys.path:
     sys.path.insert(0, str(APPS))
 pytest_plugins = ["sg_fixtures"]
 
-T0 = 1_700_000_000.0  # a fixed, exactly representable epoch for the fake clock
-
-
-class FakeClock:
-    """A clock that moves only when told to; pass it as ``clock=`` to a broker."""
-
-    def __init__(self, start: float = T0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> float:
-        self.now += seconds
-        return self.now
-
 
 def sqlite_url(path: Path) -> str:
     """``sqlite:////ABS/PATH`` for an absolute path."""
     return f"sqlite:///{path.resolve()}"
-
-
-@dataclass(frozen=True)
-class BrokerKind:
-    """How to open one kind of broker for a test.
-
-    ``url(tmp_path)`` names the storage; opening the same URL again gives another handle
-    on the same jobs when ``shared`` is true (every durable broker). ``multiprocess``:
-    separate OS processes may open that URL at once.
-    """
-
-    name: str
-    url: Callable[[Path], str]
-    open: Callable[[str, Callable[[], float]], Broker]
-    shared: bool
-    multiprocess: bool
 
 
 # Schemas handed out by postgres_url during the current test; dropped at its teardown.
@@ -86,17 +57,27 @@ def open_postgres(url: str, clock: Callable[[], float]) -> Broker:
 
 BROKER_KINDS: dict[str, BrokerKind] = {
     "memory": BrokerKind(
-        "memory", lambda tmp: "memory://", lambda url, clock: MemoryBroker(url, clock=clock),
-        shared=False, multiprocess=False,
+        "memory",
+        lambda tmp: "memory://",
+        lambda url, clock: MemoryBroker(url, clock=clock),
+        shared=False,
+        multiprocess=False,
     ),
     "sqlite": BrokerKind(
-        "sqlite", lambda tmp: sqlite_url(tmp / "jobs.db"),
-        lambda url, clock: SQLiteBroker(url, clock=clock), shared=True, multiprocess=True,
+        "sqlite",
+        lambda tmp: sqlite_url(tmp / "jobs.db"),
+        lambda url, clock: SQLiteBroker(url, clock=clock),
+        shared=True,
+        multiprocess=True,
     ),
     "postgresql": BrokerKind(
-        "postgresql", postgres_url, open_postgres, shared=True, multiprocess=True,
+        "postgresql",
+        postgres_url,
+        open_postgres,
+        shared=True,
+        multiprocess=True,
     ),
-}  # fmt: skip
+}
 
 
 @pytest.fixture(autouse=True)
@@ -133,11 +114,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     )
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
 @pytest.fixture(params=list(BROKER_KINDS))
 def broker_kind(request: pytest.FixtureRequest) -> BrokerKind:
     if request.param == "postgresql":
@@ -145,29 +121,6 @@ def broker_kind(request: pytest.FixtureRequest) -> BrokerKind:
     return BROKER_KINDS[request.param]
 
 
-@pytest.fixture
-def broker_url(broker_kind: BrokerKind, tmp_path: Path) -> str:
-    return broker_kind.url(tmp_path)
-
-
-@pytest.fixture
-def open_broker(
-    broker_kind: BrokerKind, broker_url: str, clock: FakeClock
-) -> Iterator[Callable[[], Broker]]:
-    """Opens more handles on the test's storage (same URL, same fake clock); closes them all."""
-    opened: list[Broker] = []
-
-    def open_one() -> Broker:
-        broker = broker_kind.open(broker_url, clock)
-        opened.append(broker)
-        return broker
-
-    yield open_one
-    for broker in reversed(opened):
-        broker.close()
-
-
-@pytest.fixture
-def broker(open_broker: Callable[[], Broker]) -> Broker:
-    """A fresh, empty broker of each kind, on the fake ``clock``."""
-    return open_broker()
+# Re-exported: the suite's fixtures serve every test here, and tests import the fake
+# clock and BrokerKind from this module.
+__all__ = ["BrokerKind", "FakeClock", "broker", "broker_url", "clock", "open_broker"]

@@ -49,17 +49,33 @@ def _start_throwaway(bindir: str) -> str:
     if os.geteuid() == 0:  # initdb refuses to run as root: use the postgres account
         run_as = ["runuser", "-u", "postgres", "--"]
         shutil.chown(root, "postgres")
-    subprocess.run([*run_as, f"{bindir}/initdb", "-D", data, "-U", "postgres", "-A", "trust"],
-                   check=True, capture_output=True)  # fmt: skip
     subprocess.run(
-        [*run_as, f"{bindir}/pg_ctl", "-D", data, "-w", "-l", os.path.join(root, "log"), "-o",
-         f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [*run_as, f"{bindir}/initdb", "-D", data, "-U", "postgres", "-A", "trust"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            *run_as,
+            f"{bindir}/pg_ctl",
+            "-D",
+            data,
+            "-w",
+            "-l",
+            os.path.join(root, "log"),
+            "-o",
+            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
 
     def stop() -> None:
-        subprocess.run([*run_as, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"],
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            [*run_as, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"],
+            capture_output=True,
+        )
         shutil.rmtree(root, ignore_errors=True)
 
     atexit.register(stop)

@@ -6,7 +6,6 @@ fixed sleeps where a condition can be waited on.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,6 +18,7 @@ from typing import Any, TypeVar
 from sluicegate import App, Job
 from sluicegate.brokers import Broker
 from sluicegate.task import Task
+from sluicegate.testing import run_released as run_released  # children released at once
 
 APPS_DIR = Path(__file__).resolve().parent
 T = TypeVar("T")
@@ -228,39 +228,3 @@ def pool_children(pid: int) -> list[int]:
         if b"spawn_main" in cmdline:
             out.append(child)
     return out
-
-
-def run_released(script: str, argvs: Sequence[Sequence[str]], timeout: float = 60) -> list[Any]:
-    """One ``python -c script ARGV`` child per argv, all released at once: each prints
-    "ready", waits for a line on stdin, then prints one JSON document. Returns the
-    documents in child order; a child that fails fails the test with its stderr."""
-    children = [
-        subprocess.Popen(
-            [sys.executable, "-c", script, *argv],
-            text=True,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for argv in argvs
-    ]
-    try:
-        for child in children:
-            assert child.stdout is not None
-            line = child.stdout.readline()
-            assert line == "ready\n", (line, child.stderr and child.stderr.read())
-        for child in children:  # release them all before waiting on any
-            assert child.stdin is not None
-            child.stdin.write("go\n")
-            child.stdin.flush()
-        outputs = []
-        for child in children:
-            out, err = child.communicate(timeout=timeout)
-            assert child.returncode == 0, err
-            outputs.append(json.loads(out))
-        return outputs
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.communicate()

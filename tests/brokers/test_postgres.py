@@ -82,9 +82,9 @@ class TestMigrations:
         rows = sql.execute(f"SELECT version, name FROM {schema}.schema_version").fetchall()
         assert rows == [(1, "initial")]
         tables = sql.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
-            "ORDER BY 1", (schema,),
-        ).fetchall()  # fmt: skip
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
+            (schema,),
+        ).fetchall()
         assert [t[0] for t in tables] == ["jobs", "schema_version"]
 
     def test_migrate_twice_is_a_no_op(self, pg_url: str, open_pg: Any, sql: Any) -> None:
@@ -196,9 +196,14 @@ def test_the_claim_reads_the_jobs_ready_index(pg: PostgresBroker, pg_url: str, s
     pg.enqueue([spec(queue="other") for _ in range(50)])
     sql.execute(f"ANALYZE {schema_of(pg_url)}.jobs")
     params = {
-        "queues": ["q", "other"], "n": 10, "token": 1, "lease": 30.0, "worker": "w", "now": None,
+        "queues": ["q", "other"],
+        "n": 10,
+        "token": 1,
+        "lease": 30.0,
+        "worker": "w",
+        "now": None,
         "promote": True,
-    }  # fmt: skip
+    }
     with psycopg.connect(pg.dsn) as conn:
         plan = conn.execute("EXPLAIN " + pg._queries["claim"], params).fetchall()
         conn.rollback()
@@ -238,9 +243,14 @@ def test_the_claims_generic_plan_reads_indexes_only(
     assert pg.record([], [Succeeded(c, "null") for c in claims]) == []
     sql.execute(f"ANALYZE {schema_of(pg_url)}.jobs")
     params = {
-        "queues": ["q"], "n": 8, "token": 1, "lease": 30.0, "worker": "w", "now": None,
+        "queues": ["q"],
+        "n": 8,
+        "token": 1,
+        "lease": 30.0,
+        "worker": "w",
+        "now": None,
         "promote": True,
-    }  # fmt: skip
+    }
     with psycopg.connect(pg.dsn) as conn:
         text = generic_plan(conn, pg._queries["claim"], params)
     assert "jobs_ready" in text, text
@@ -294,7 +304,7 @@ class TestListenNotify:
             fired.clear()
             assert fired.wait(5), "no wake-up after the LISTEN connection came back"
             deadline = time.monotonic() + 5
-            while not watcher._listening.is_set() and time.monotonic() < deadline:
+            while not watcher._listener.listening.is_set() and time.monotonic() < deadline:
                 time.sleep(0.01)
             fired.clear()
             producer.enqueue([spec()])
@@ -486,18 +496,18 @@ class TestPrune:
 def _break_next_commit(pg: PostgresBroker, landed: bool) -> None:
     """The next transaction of ``pg`` reports a lost connection at COMMIT; ``landed``: the
     server had committed it anyway (the reply was lost), else it was rolled back."""
-    original = pg._conn
+    original = pg._db.transaction
 
     @contextlib.contextmanager
     def broken() -> Iterator[Any]:
-        pg._conn = original  # type: ignore[method-assign]
+        pg._db.transaction = original  # type: ignore[method-assign]
         with original() as conn:
             yield conn
             if not landed:
                 raise BrokerUnavailable("connection lost before COMMIT")
         raise BrokerUnavailable("connection lost at COMMIT")
 
-    pg._conn = broken  # type: ignore[method-assign]
+    pg._db.transaction = broken  # type: ignore[method-assign]
 
 
 class TestUnknownFate:

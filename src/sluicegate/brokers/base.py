@@ -1,9 +1,11 @@
 """The broker interface: the only seam between sluicegate and storage.
 
 Split by who calls it, so the hot path (claim, heartbeat, ack) stays apart from
-the read side (stats, listings) and from operator actions. Every broker passes
-one conformance suite (tests/brokers); nothing above this seam knows which
-broker it has.
+the read side (stats, listings) and from operator actions. Every storage verb is
+abstract: a broker that lacks one fails when it is instantiated, not later in a
+background thread. Every broker passes one conformance suite
+(``sluicegate.testing.conformance``); nothing above this seam knows which broker
+it has.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, InvalidTransition, JobNotFound, LeaseLost
-from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState
+from ..job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobSpec, JobState
 from ..outcomes import Buried, Outcome, Retried, Succeeded
 
 
@@ -46,11 +48,50 @@ class Recovery:
     dead: list[JobId] = field(default_factory=list)
 
 
-def refusal(verb: str, job_id: int, state: str | None) -> JobNotFound | InvalidTransition:
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    """One ``record`` call grouped by what it does to rows, by each outcome's ``event``:
+    every broker writes one group at a time (SQL brokers: one statement per group)."""
+
+    starts: list[Claim]  # started claims that no outcome of the same call finishes
+    acks: list[Succeeded]
+    burials: list[Buried]
+    retries: list[Retried]
+    claims: list[Claim]  # every claim written: starts, then outcomes in the order given
+
+    @classmethod
+    def of(cls, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> RecordBatch:
+        finishing = {o.claim for o in outcomes}
+        starts = [c for c in started if c not in finishing]  # the outcome sets started_at
+        acks: list[Succeeded] = []
+        burials: list[Buried] = []
+        retries: list[Retried] = []
+        by_event: dict[Event, list[Any]] = {
+            Event.ACK: acks,
+            Event.BURY: burials,
+            Event.RETRY: retries,
+        }
+        for outcome in outcomes:
+            by_event[outcome.event].append(outcome)
+        return cls(starts, acks, burials, retries, [*starts, *(o.claim for o in outcomes)])
+
+    @property
+    def only_starts(self) -> bool:
+        return not (self.acks or self.burials or self.retries)
+
+    def lost(self, matched: set[Claim]) -> list[Claim]:
+        """The claims written that no write matched: their token no longer held the job."""
+        return [c for c in self.claims if c not in matched]
+
+
+VERBS = {Event.CANCEL: "cancel", Event.REVIVE: "retry"}  # operator actions, as users say them
+
+
+def refusal(event: Event, job_id: int, state: str | None) -> JobNotFound | InvalidTransition:
     """The error for an operator action (cancel, retry) that changed nothing."""
     if state is None:
         return JobNotFound(f"job {job_id} not found")
-    return InvalidTransition(f"cannot {verb} job {job_id}: it is {state}")
+    return InvalidTransition(f"cannot {VERBS[event]} job {job_id}: it is {state}")
 
 
 def unique_key_taken(job_id: int) -> InvalidTransition:
@@ -89,7 +130,8 @@ def worker_lost_error(worker_id: str | None) -> ErrorInfo:
 
 
 class Broker(ABC):
-    """Durable job storage. Implementations: memory, sqlite (and postgresql later)."""
+    """Durable job storage. Implementations: memory, sqlite and postgresql, registered by
+    URL scheme in ``sluicegate.brokers.BROKERS``."""
 
     url: str
     migrations_applied: Sequence[int] = ()  # versions this handle applied (open or migrate())
@@ -153,28 +195,31 @@ class Broker(ABC):
     def retry(self, job_id: int) -> Job:
         """Bring a dead or cancelled job back to ready with a fresh attempt budget."""
 
+    @abstractmethod
     def migrate(self) -> list[int]:
         """Create or upgrade the storage schema; returns the migration versions applied."""
-        return []
 
     # ---- retention -----------------------------------------------------
     def prune(self, retention: Retention, batch: int = 1000) -> int:
         """Delete finished jobs older than their state's retention; returns how many.
 
-        One small batch per transaction, repeated until a batch comes back short.
+        One small batch per transaction, repeated until a batch comes back short. Safe
+        from many workers at once: each batch takes only rows no other pruner holds.
         """
         deleted = 0
         for state, older_than in retention.by_state().items():
             while True:
-                count = self._prune_batch(state, older_than, batch)
+                count = self.prune_batch(state, older_than, batch)
                 deleted += count
                 if count < batch:
                     break
         return deleted
 
-    def _prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
-        """Delete at most ``batch`` jobs of ``state`` finished over ``older_than`` s ago."""
-        raise NotImplementedError
+    @abstractmethod
+    def prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
+        """Delete at most ``batch`` jobs of ``state`` finished over ``older_than`` s ago;
+        returns how many. Concurrent calls never count one row twice (SQLite: they
+        serialise on the write lock; PostgreSQL: ``FOR UPDATE SKIP LOCKED``)."""
 
     # ---- transactional completion -----------------------------------------
     def transaction(self) -> contextlib.AbstractContextManager[Any]:
@@ -216,7 +261,8 @@ class Broker(ABC):
         LISTEN connection, a doorbell): workers then need their safety poll only rarely."""
         return False
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    @abstractmethod
+    def close(self) -> None:
         """Release connections and threads."""
 
     # ---- single-claim conveniences over the batched calls ----------------

@@ -27,8 +27,17 @@ from ..job import (
     can_apply,
     initial_state,
 )
-from ..outcomes import Buried, Outcome, Succeeded
-from .base import Broker, QueueStats, Recovery, Stats, refusal, unique_key_taken, worker_lost_error
+from ..outcomes import Outcome
+from .base import (
+    Broker,
+    QueueStats,
+    RecordBatch,
+    Recovery,
+    Stats,
+    refusal,
+    unique_key_taken,
+    worker_lost_error,
+)
 from .wakeups import Subscribers
 
 
@@ -63,6 +72,12 @@ class MemoryBroker(Broker):
             return None
         return job
 
+    def migrate(self) -> list[int]:
+        return []  # nothing to create: the jobs live in this object
+
+    def close(self) -> None:
+        self._subscribers.stop()
+
     # ---- producer side ----------------------------------------------------------
     def enqueue(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
         if connection is not None:
@@ -73,21 +88,30 @@ class MemoryBroker(Broker):
             for spec in specs:
                 if spec.unique_key is not None:
                     existing = next(
-                        (j for j in self._jobs.values()
-                         if j.unique_key == spec.unique_key and j.state in UNFINISHED),
+                        (
+                            j
+                            for j in self._jobs.values()
+                            if j.unique_key == spec.unique_key and j.state in UNFINISHED
+                        ),
                         None,
-                    )  # fmt: skip
+                    )
                     if existing is not None:
                         out.append(existing)
                         continue
                 run_at = spec.run_at if spec.run_at is not None else now + spec.delay
                 job = Job(
-                    id=JobId(next(self._ids)), task=spec.task, queue=spec.queue,
-                    state=initial_state(run_at, now), args=loads(spec.args_json),
-                    kwargs=loads(spec.kwargs_json), priority=spec.priority,
-                    max_attempts=spec.max_attempts, run_at=run_at, enqueued_at=now,
+                    id=JobId(next(self._ids)),
+                    task=spec.task,
+                    queue=spec.queue,
+                    state=initial_state(run_at, now),
+                    args=loads(spec.args_json),
+                    kwargs=loads(spec.kwargs_json),
+                    priority=spec.priority,
+                    max_attempts=spec.max_attempts,
+                    run_at=run_at,
+                    enqueued_at=now,
                     unique_key=spec.unique_key,
-                )  # fmt: skip
+                )
                 self._jobs[job.id] = job
                 out.append(job)
         self._subscribers.notify_local()
@@ -111,9 +135,12 @@ class MemoryBroker(Broker):
             out = []
             for job in ready:
                 claimed = self._set(
-                    job, Event.CLAIM, attempts=job.attempts + 1,
-                    lease_expires_at=now + lease, worker_id=worker_id,
-                )  # fmt: skip
+                    job,
+                    Event.CLAIM,
+                    attempts=job.attempts + 1,
+                    lease_expires_at=now + lease,
+                    worker_id=worker_id,
+                )
                 self._tokens[job.id] = token
                 out.append(ClaimedJob(Claim(job.id, token), claimed))
             return out
@@ -139,39 +166,38 @@ class MemoryBroker(Broker):
             return max(0.0, min(times) - self._clock()) if times else None
 
     def record(self, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> list[Claim]:
-        lost = []
-        retried = False
+        batch = RecordBatch.of(started, outcomes)
+        done: set[Claim] = set()
         with self._lock:
             now = self._clock()
-            finishing = {o.claim for o in outcomes}
-            for claim in started:
-                if claim in finishing:
-                    continue
-                job = self._holds(claim, Event.START)
-                if job is None:
-                    lost.append(claim)
-                else:
+            for claim in batch.starts:
+                if job := self._holds(claim, Event.START):
                     self._set(job, Event.START, started_at=now)
-            for outcome in outcomes:
-                event = outcome.event
-                job = self._holds(outcome.claim, event)
-                if job is None:
-                    lost.append(outcome.claim)
-                    continue
-                started_at = job.started_at if job.state is JobState.RUNNING else now
-                if isinstance(outcome, Succeeded):
-                    self._set(job, event, result=loads(outcome.result_json), finished_at=now,
-                              started_at=started_at, lease_expires_at=None)  # fmt: skip
-                elif isinstance(outcome, Buried):
-                    self._set(job, event, last_error=outcome.error, finished_at=now,
-                              started_at=started_at, lease_expires_at=None)  # fmt: skip
-                else:
-                    retried = True
-                    self._set(job, event, last_error=outcome.error, run_at=now + outcome.retry_in,
-                              started_at=started_at, lease_expires_at=None)  # fmt: skip
-        if retried:
+                    done.add(claim)
+            for ack in batch.acks:
+                if self._finish(ack, now, result=loads(ack.result_json), finished_at=now):
+                    done.add(ack.claim)
+            for buried in batch.burials:
+                if self._finish(buried, now, last_error=buried.error, finished_at=now):
+                    done.add(buried.claim)
+            for retried in batch.retries:
+                if self._finish(
+                    retried, now, last_error=retried.error, run_at=now + retried.retry_in
+                ):
+                    done.add(retried.claim)
+        if batch.retries:
             self._subscribers.notify_local()
-        return lost
+        return batch.lost(done)
+
+    def _finish(self, outcome: Outcome, now: float, **changes: object) -> bool:
+        """Apply the outcome's event if its claim still holds the job. A job finished without
+        a separate start began its body now: an earlier attempt's started_at must not stand."""
+        job = self._holds(outcome.claim, outcome.event)
+        if job is None:
+            return False
+        started_at = job.started_at if job.state is JobState.RUNNING else now
+        self._set(job, outcome.event, started_at=started_at, lease_expires_at=None, **changes)
+        return True
 
     def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
         lost = []
@@ -193,8 +219,13 @@ class MemoryBroker(Broker):
                 if job is None:
                     lost.append(claim)
                 else:
-                    self._set(job, Event.RELEASE, attempts=max(job.attempts - 1, 0),
-                              lease_expires_at=None, worker_id=None)  # fmt: skip
+                    self._set(
+                        job,
+                        Event.RELEASE,
+                        attempts=max(job.attempts - 1, 0),
+                        lease_expires_at=None,
+                        worker_id=None,
+                    )
         if len(lost) < len(claims):
             self._subscribers.notify_local()
         return lost
@@ -204,56 +235,71 @@ class MemoryBroker(Broker):
         with self._lock:
             now = self._clock()
             expired = [
-                j for j in self._jobs.values()
+                j
+                for j in self._jobs.values()
                 if j.state in HELD and j.lease_expires_at is not None and j.lease_expires_at < now
-            ][:limit]  # fmt: skip
+            ][:limit]
             for job in expired:
                 error = worker_lost_error(job.worker_id)
                 if job.attempts >= job.max_attempts:
-                    self._set(job, Event.RECOVER_DEAD, last_error=error, finished_at=now,
-                              lease_expires_at=None)  # fmt: skip
+                    self._set(
+                        job,
+                        Event.RECOVER_DEAD,
+                        last_error=error,
+                        finished_at=now,
+                        lease_expires_at=None,
+                    )
                     result.dead.append(job.id)
                 else:
-                    self._set(job, Event.RECOVER, last_error=error, lease_expires_at=None,
-                              worker_id=None)  # fmt: skip
+                    self._set(
+                        job, Event.RECOVER, last_error=error, lease_expires_at=None, worker_id=None
+                    )
                     result.requeued.append(job.id)
         if result.requeued:
             self._subscribers.notify_local()
         return result
 
     # ---- operator actions -------------------------------------------------------
-    def _get(self, job_id: int, verb: str, event: Event) -> Job:
+    def _get(self, job_id: int, event: Event) -> Job:
         job = self._jobs.get(JobId(job_id))
         if job is None or not can_apply(job.state, event):
-            raise refusal(verb, job_id, job.state.value if job else None)
+            raise refusal(event, job_id, job.state.value if job else None)
         return job
 
     def cancel(self, job_id: int) -> Job:
         with self._lock:
-            job = self._get(job_id, "cancel", Event.CANCEL)
+            job = self._get(job_id, Event.CANCEL)
             return self._set(job, Event.CANCEL, finished_at=self._clock(), lease_expires_at=None)
 
     def retry(self, job_id: int) -> Job:
         with self._lock:
-            job = self._get(job_id, "retry", Event.REVIVE)
+            job = self._get(job_id, Event.REVIVE)
             if job.unique_key is not None and any(
                 j.unique_key == job.unique_key and j.state in UNFINISHED
                 for j in self._jobs.values()
             ):
                 raise unique_key_taken(job_id)
-            revived = self._set(job, Event.REVIVE, attempts=0, run_at=self._clock(),
-                                finished_at=None, lease_expires_at=None, worker_id=None)  # fmt: skip
+            revived = self._set(
+                job,
+                Event.REVIVE,
+                attempts=0,
+                run_at=self._clock(),
+                finished_at=None,
+                lease_expires_at=None,
+                worker_id=None,
+            )
         self._subscribers.notify_local()
         return revived
 
     # ---- retention -----------------------------------------------------------------
-    def _prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
+    def prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
         with self._lock:
             cutoff = self._clock() - older_than
             doomed = [
-                j.id for j in self._jobs.values()
+                j.id
+                for j in self._jobs.values()
                 if j.state is state and j.finished_at is not None and j.finished_at < cutoff
-            ][:batch]  # fmt: skip
+            ][:batch]
             for job_id in doomed:
                 del self._jobs[job_id]
                 self._tokens.pop(job_id, None)
@@ -269,9 +315,10 @@ class MemoryBroker(Broker):
     ) -> list[Job]:
         with self._lock:
             jobs = [
-                j for j in self._jobs.values()
+                j
+                for j in self._jobs.values()
                 if (state is None or j.state is state) and (queue is None or j.queue == queue)
-            ]  # fmt: skip
+            ]
         return sorted(jobs, key=lambda j: j.id, reverse=True)[:limit]
 
     def stats(self) -> Stats:

@@ -1,47 +1,198 @@
-"""Load named SQL blocks and numbered migrations that live beside the code as .sql files."""
+"""Named SQL blocks and numbered migrations that live beside the code as .sql files.
+
+A block starts with ``-- name: NAME``. A statement that returns rows says which, in order,
+on the next line: ``-- columns: id, token, queue``, or ``-- returns: job`` for the columns
+a Job is built from (``JOB_COLUMNS``; ``job.*`` stands for them inside a ``-- columns:``
+list). The declaration is checked when the file is loaded, against the names in the
+statement's own result list, and rows are read by those names (``Query.at``): no code
+knows a column by its position.
+
+Placeholders are filled in one step, ``render``: ``{name}``, or ``{name:arg}`` for a
+value that takes an argument (``{job_columns:j}``, the job columns of table alias ``j``).
+The state names come from sluicegate.job's transition table (``state_values``): ``{ready}``
+is ``'ready'``, ``{held}`` the states a lease holds, ``{cancel_from}`` the states the
+cancel event may start from, and so on. No .sql file spells a state itself.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 
-from ..job import HELD, UNFINISHED, Event, sources
+from ..job import HELD, TERMINAL, UNFINISHED, Event, JobState, sources
+
+# The columns a Job is built from, as every dialect's job rows name them.
+JOB_COLUMNS = (
+    "id", "queue", "task", "args", "kwargs", "state", "priority", "run_at", "attempts",
+    "max_attempts", "unique_key", "worker_id", "lease_expires_at", "enqueued_at",
+    "started_at", "finished_at", "result", "last_error",
+)  # fmt: skip
+
+Value = str | Callable[[str], str]
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_DECLARED = re.compile(r"--\s*(columns|returns):\s*(.+)")
+_PLACEHOLDER = re.compile(r"\{(\w+)(?::(\w+))?\}")
+_VERB = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+_RETURNING = re.compile(r"\bRETURNING\b", re.IGNORECASE)
+_FROM = re.compile(r"\bFROM\b", re.IGNORECASE)
+_ALIAS = re.compile(r"\bAS\s+(\w+)\s*$", re.IGNORECASE)
+_COLUMN = re.compile(r"^(?:\w+\.)?(\w+)$")
 
 
-def _quoted(states: object) -> str:
-    return ", ".join(f"'{s}'" for s in sorted(str(x) for x in states))  # type: ignore[attr-defined]
+def _quoted(states: frozenset[JobState] | tuple[JobState, ...]) -> str:
+    """SQL string literals in JobState's order (the order the migrations' indexes use)."""
+    return ", ".join(f"'{s.value}'" for s in JobState if s in states)
 
 
-# State lists substituted into SQL, all derived from the pure transition table.
-STATE_LISTS = {
-    "held": _quoted(HELD),
-    "unfinished": _quoted(UNFINISHED),
-    "start_from": _quoted(sources(Event.START)),
-    "cancel_from": _quoted(sources(Event.CANCEL)),
-    "revive_from": _quoted(sources(Event.REVIVE)),
-}
+@cache
+def state_values() -> dict[str, str]:
+    """Every state placeholder, derived from the pure transition table."""
+    values = {s.value: _quoted((s,)) for s in JobState}
+    values.update(held=_quoted(HELD), unfinished=_quoted(UNFINISHED), terminal=_quoted(TERMINAL))
+    values.update({f"{event.value}_from": _quoted(sources(event)) for event in Event})
+    return values
+
+
+def render(text: str, values: Mapping[str, Value], where: str) -> str:
+    """Fill in every placeholder of ``text``; an unknown one is an error naming ``where``."""
+
+    def fill(match: re.Match[str]) -> str:
+        name, arg = match.group(1), match.group(2)
+        value = values.get(name)
+        if value is None:
+            raise ValueError(f"{where}: unknown placeholder {match.group(0)}")
+        if callable(value):
+            return value(arg or "")
+        if arg is not None:
+            raise ValueError(f"{where}: {{{name}}} takes no argument")
+        return value
+
+    return _PLACEHOLDER.sub(fill, text)
+
+
+class Query(str):
+    """One rendered statement, usable wherever SQL text is, with its declared result
+    columns (empty: it returns no rows) and each column's position (``at``)."""
+
+    name: str
+    columns: tuple[str, ...]
+    at: dict[str, int]
+
+    def __new__(cls, name: str, sql: str, columns: tuple[str, ...]) -> Query:
+        query = super().__new__(cls, sql)
+        query.name, query.columns = name, columns
+        query.at = {column: i for i, column in enumerate(columns)}
+        return query
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    name: str
+    sql: str  # comment lines dropped, placeholders not yet filled in
+    declared: tuple[str, ...]  # () for a statement that returns no rows
 
 
 def _read(dialect: str, filename: str) -> str:
     return (resources.files("sluicegate.brokers") / "sql" / dialect / filename).read_text("utf-8")
 
 
-def load_queries(dialect: str) -> dict[str, str]:
-    """Every ``-- name: X`` block of ``sql/<dialect>/queries.sql``, keyed by name."""
-    text = _read(dialect, "queries.sql")
-    parts = _NAME.split(text)
-    queries: dict[str, str] = {}
+def _uncommented(text: str) -> str:
+    """Comment lines are for readers of the .sql file; dropping them keeps rendering safe."""
+    return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+
+
+@cache
+def blocks(dialect: str) -> tuple[Block, ...]:
+    """Every ``-- name: X`` block of ``sql/<dialect>/queries.sql``, unrendered."""
+    parts = _NAME.split(_read(dialect, "queries.sql"))
+    found = []
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        # Comment lines are for readers of the .sql file; dropping them keeps expansion safe.
-        lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("--")]
-        sql = "\n".join(lines).strip()
-        for key, value in STATE_LISTS.items():
-            sql = sql.replace("{" + key + "}", value)
-        queries[name] = sql
+        first = body.strip().splitlines()[0] if body.strip() else ""
+        declared: tuple[str, ...] = ()
+        if match := _DECLARED.fullmatch(first.strip()):
+            kind, names = match.groups()
+            if kind == "returns" and names.strip() != "job":
+                raise ValueError(f"{dialect} query {name}: only '-- returns: job' is known")
+            listed = ["job.*"] if kind == "returns" else [n.strip() for n in names.split(",")]
+            declared = tuple(c for n in listed for c in (JOB_COLUMNS if n == "job.*" else (n,)))
+        found.append(Block(name, _uncommented(body).strip().rstrip(";").strip(), declared))
+    return tuple(found)
+
+
+def load_queries(dialect: str, values: Mapping[str, Value]) -> dict[str, Query]:
+    """The dialect's queries, rendered with ``values`` (and the state placeholders), each
+    checked against its declared result columns."""
+    values = {**state_values(), **values}
+    queries = {}
+    for block in blocks(dialect):
+        where = f"{dialect} query {block.name}"
+        sql = render(block.sql, values, where)
+        found = result_columns(sql, where)
+        if found != block.declared:
+            raise ValueError(
+                f"{where}: declares columns {', '.join(block.declared) or '(none)'} but "
+                f"returns {', '.join(found) or '(none)'}"
+            )
+        queries[block.name] = Query(block.name, sql, block.declared)
     return queries
+
+
+def _flattened(sql: str) -> str:
+    """``sql`` with everything inside parentheses and quotes blanked out, same length: what
+    is left is the statement's top level."""
+    out, depth, quote = [], 0, ""
+    for ch in sql:
+        if quote:
+            out.append(" ")
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+            out.append(" ")
+        elif ch == "(":
+            depth += 1
+            out.append(" ")
+        elif ch == ")":
+            depth -= 1
+            out.append(" ")
+        else:
+            out.append(ch if depth == 0 else " ")
+    return "".join(out)
+
+
+def result_columns(sql: str, where: str) -> tuple[str, ...]:
+    """The names of a statement's result columns, read from its top-level RETURNING list
+    or (a query) its final SELECT list; every item needs a name: a column or ``AS name``."""
+    flat = _flattened(sql)
+    verb = _VERB.search(flat)
+    if verb is None:
+        return ()
+    if verb.group(1).upper() == "SELECT":
+        start = [m.end() for m in _VERB.finditer(flat) if m.group(1).upper() == "SELECT"][-1]
+        end_match = _FROM.search(flat, start)
+        end = end_match.start() if end_match else len(sql)
+    else:
+        returning = list(_RETURNING.finditer(flat))
+        if not returning:
+            return ()
+        start, end = returning[-1].end(), len(sql)
+    names = []
+    cut = start
+    for i in [*(i for i in range(start, end) if flat[i] == ","), end]:
+        item, flat_item = sql[cut:i].strip(), flat[cut:i].strip()
+        cut = i + 1
+        alias, plain = _ALIAS.search(flat_item), _COLUMN.match(item)
+        if alias is not None:
+            names.append(alias.group(1))
+        elif plain is not None:
+            names.append(plain.group(1))
+        else:
+            raise ValueError(f"{where}: name the result column {item!r} with AS")
+    return tuple(names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,16 +202,16 @@ class Migration:
     statements: list[str]
 
 
-def load_migrations(dialect: str) -> list[Migration]:
-    """Numbered migrations ``NNNN_name.sql`` in order, split into single statements."""
+def load_migrations(dialect: str, values: Mapping[str, Value] | None = None) -> list[Migration]:
+    """Numbered migrations ``NNNN_name.sql`` in order, rendered, split into statements.
+
+    Migrations are history: they spell their states out, as they were when written."""
     folder = resources.files("sluicegate.brokers") / "sql" / dialect
     found = []
     for entry in folder.iterdir():
         match = re.fullmatch(r"(\d{4})_(\w+)\.sql", entry.name)
         if match:
-            text = entry.read_text("utf-8")
-            lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("--")]
-            body = "\n".join(lines)
+            body = render(_uncommented(entry.read_text("utf-8")), values or {}, entry.name)
             statements = [s.strip() for s in body.split(";") if s.strip()]
             found.append(Migration(int(match.group(1)), match.group(2), statements))
     return sorted(found, key=lambda m: m.version)

@@ -17,20 +17,22 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ..codec import dumps, loads
 from ..errors import BrokerUnavailable, ConfigError
-from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobSpec, JobState, in_claim_order
-from ..outcomes import Buried, Failed, Outcome, Retried, Succeeded
-from .base import Broker, QueueStats, Recovery, Stats, refusal, unique_key_taken
+from ..job import Claim, ClaimedJob, Job, JobId, JobSpec, JobState, in_claim_order
+from ..outcomes import Failed
+from .base import RecordBatch, Recovery, Stats
 from .doorbell import Bell, open_doorbell
-from .sqlfiles import load_migrations, load_queries
+from .sqlbase import Row, SQLBroker, UrlOptions, fold_stats, matched
+from .sqlfiles import JOB_COLUMNS
 from .wakeups import Subscribers
 
-Q = load_queries("sqlite")
 SYNC_MODES = ("off", "normal", "full", "extra")
+OPTIONS = ("synchronous", "busy_timeout", "poll_interval")
 
 
 def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
@@ -46,86 +48,39 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
             f"invalid SQLite URL {url!r}: a file path is required (use memory:// for an in-memory broker)"
         )
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = set(options) - {"synchronous", "busy_timeout", "poll_interval"}
-    if unknown:
-        raise ConfigError(
-            f"invalid SQLite URL {url!r}: unknown option(s) {', '.join(sorted(unknown))}"
-        )
+    UrlOptions("SQLite", url, options).only(OPTIONS)
     return path, options
 
 
-def _row_to_job(row: sqlite3.Row) -> Job:
-    error = row["last_error"]
-    result = row["result"]
-    return Job.from_fields(
-        id=JobId(row["id"]),
-        task=row["task"],
-        queue=row["queue"],
-        state=JobState(row["state"]),
-        args=loads(row["args"]),
-        kwargs=loads(row["kwargs"]),
-        priority=row["priority"],
-        attempts=row["attempts"],
-        max_attempts=row["max_attempts"],
-        run_at=row["run_at"],
-        enqueued_at=row["enqueued_at"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        result=loads(result) if result is not None else None,
-        last_error=ErrorInfo.from_dict(loads(error)) if error else None,
-        unique_key=row["unique_key"],
-        worker_id=row["worker_id"],
-        lease_expires_at=row["lease_expires_at"],
-    )
+def job_columns(table: str) -> str:
+    """``{job_columns}`` in SQLite: the columns as stored (times are unix seconds already)."""
+    return ", ".join(f"{table}.{c}" if table else c for c in JOB_COLUMNS)
 
 
-def _claimed_from_row(row: sqlite3.Row, token: int) -> ClaimedJob:
-    """A claimed row; an undecodable payload becomes a ``problem`` instead of an exception,
-    so one corrupt row sends one job to dead rather than stopping the claim."""
-    try:
-        job = _row_to_job(row)
-        problem = None
-    except (ValueError, TypeError) as exc:
-        job = Job(
-            id=JobId(row["id"]), task=row["task"], queue=row["queue"], state=JobState(row["state"]),
-            attempts=row["attempts"], max_attempts=row["max_attempts"], run_at=row["run_at"],
-            enqueued_at=row["enqueued_at"], priority=row["priority"],
-        )  # fmt: skip
-        problem = f"corrupt job row: {exc}"
-    return ClaimedJob(Claim(job.id, token), job, problem)
+class SQLiteBroker(SQLBroker):
+    dialect = "sqlite"
+    unique_violation = (sqlite3.IntegrityError,)
 
-
-def _placeholders(prefix: str, values: Sequence[str]) -> tuple[str, dict[str, str]]:
-    names = [f"{prefix}{i}" for i in range(len(values))]
-    return ", ".join(":" + n for n in names), dict(zip(names, values, strict=True))
-
-
-class SQLiteBroker(Broker):
     def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
         self.url = url
-        self.path, options = parse_sqlite_url(url)
+        self.path, values = parse_sqlite_url(url)
         folder = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(folder):
             raise ConfigError(f"SQLite directory {folder!r} does not exist (from {url!r})")
-        sync = options.get("synchronous", "full").lower()
-        if sync not in SYNC_MODES:
-            raise ConfigError(
-                f"invalid SQLite URL {url!r}: synchronous must be one of {', '.join(SYNC_MODES)}"
-            )
-        try:
-            self._busy_ms = int(options.get("busy_timeout", "10000"))
-            self.poll_interval = float(options.get("poll_interval", "0.005"))
-        except ValueError as exc:
-            raise ConfigError(f"invalid SQLite URL {url!r}: {exc}") from None
-        self._sync = sync
+        options = UrlOptions("SQLite", url, values)
+        self._sync = options.choice("synchronous", "full", SYNC_MODES)
+        self._busy_ms = options.number("busy_timeout", 10_000, int, least=0)
+        self.poll_interval = options.number("poll_interval", 0.005, float, above=0)
         self._clock = clock
+        self._load_queries({"job_columns": job_columns})
+        at = self._queries["ready_of_queue"].at
+        self._claim_order = itemgetter(at["priority"], at["run_at"], at["id"])
         self._write_lock = threading.Lock()
         self._read_lock = threading.Lock()
         self._writer = self._connect()
         self.migrations_applied: list[int] = []
         self.migrate()
         self._reader = self._connect()
-        self._claim_sql: dict[int, str] = {}
         self._doorbell = open_doorbell(self.path)
         self._bell: Bell | None = None  # this process's, while someone is subscribed
         self._subscribers = Subscribers(self._watch_loop, self._interrupt_watch)
@@ -139,7 +94,6 @@ class SQLiteBroker(Broker):
                 check_same_thread=False,
                 timeout=self._busy_ms / 1000,
             )
-            conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._sync}")
@@ -187,29 +141,11 @@ class SQLiteBroker(Broker):
         with self._read_lock:
             yield self._reader
 
-    def migrate(self) -> list[int]:
-        """Apply pending numbered migrations in one write transaction; returns those applied."""
-        applied = []
-        with self._write() as conn:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_version "
-                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-            )
-            current = conn.execute(
-                "SELECT coalesce(max(version), 0) FROM schema_version"
-            ).fetchone()[0]
-            for migration in load_migrations("sqlite"):
-                if migration.version <= current:
-                    continue
-                for statement in migration.statements:
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO schema_version VALUES (?, ?, ?)",
-                    (migration.version, migration.name, time.time()),
-                )
-                applied.append(migration.version)
-        self.migrations_applied.extend(applied)
-        return applied
+    def _migration_transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return self._write()  # BEGIN IMMEDIATE: other migrators wait for the write lock
+
+    def _prepare_migration(self, conn: sqlite3.Connection) -> None:
+        conn.execute(self._queries["create_version_table"])
 
     def close(self) -> None:
         self._subscribers.stop()
@@ -226,15 +162,27 @@ class SQLiteBroker(Broker):
             raise ConfigError("enqueue(connection=...) needs the postgresql:// broker")
         if not specs:
             return []
+        q = self._queries
         now = self._clock()
+        ready, scheduled = JobState.READY.value, JobState.SCHEDULED.value  # plain str binds fast
         rows = []
         for spec in specs:
             run_at = spec.run_at if spec.run_at is not None else now + spec.delay
-            state = "ready" if run_at <= now else "scheduled"  # job.initial_state, inlined
+            state = ready if run_at <= now else scheduled  # job.initial_state, inlined
             rows.append(
-                (spec.queue, spec.task, spec.args_json, spec.kwargs_json, state,
-                 spec.priority, run_at, spec.max_attempts, spec.unique_key, now)
-            )  # fmt: skip
+                (
+                    spec.queue,
+                    spec.task,
+                    spec.args_json,
+                    spec.kwargs_json,
+                    state,
+                    spec.priority,
+                    run_at,
+                    spec.max_attempts,
+                    spec.unique_key,
+                    now,
+                )
+            )
         ids: list[int] = [0] * len(specs)
         existing: dict[int, Job] = {}
         with self._write() as conn:
@@ -244,7 +192,7 @@ class SQLiteBroker(Broker):
             for plain_run, run in runs:
                 indexes = list(run)
                 if plain_run:
-                    conn.executemany(Q["insert_job"], [rows[i] for i in indexes])
+                    conn.executemany(q["insert_job"], [rows[i] for i in indexes])
                     # One writer holds the lock, so AUTOINCREMENT ids of this run are consecutive.
                     first = (
                         conn.execute("SELECT last_insert_rowid()").fetchone()[0] - len(indexes) + 1
@@ -253,18 +201,17 @@ class SQLiteBroker(Broker):
                         ids[i] = first + offset
                     continue
                 for i in indexes:
-                    cur = conn.execute(Q["insert_unique_job"], rows[i])
+                    cur = conn.execute(q["insert_unique_job"], rows[i])
                     if cur.rowcount == 1:
                         ids[i] = cur.lastrowid or 0
                     else:
                         found = conn.execute(
-                            Q["unfinished_by_unique_key"], {"key": specs[i].unique_key}
+                            q["unfinished_by_unique_key"], {"key": specs[i].unique_key}
                         ).fetchone()
-                        existing[i] = _row_to_job(found)
+                        existing[i] = self._jobs["unfinished_by_unique_key"].job(found)
         self._announce()
         # Built after commit, outside the write lock. Decoded from what was stored, so the
         # caller's own objects (tuples, lists mutated later) never leak into the result.
-        ready, scheduled = JobState.READY, JobState.SCHEDULED
         jobs = []
         for i, (queue, task, args, kwargs, state, priority, run_at, attempts, key, _) in enumerate(
             rows
@@ -274,23 +221,22 @@ class SQLiteBroker(Broker):
                 continue
             jobs.append(
                 Job.from_fields(
-                    id=JobId(ids[i]), task=task, queue=queue,
-                    state=ready if state == "ready" else scheduled, args=loads(args),
-                    kwargs=loads(kwargs), priority=priority, max_attempts=attempts,
-                    run_at=run_at, enqueued_at=now, unique_key=key,
+                    id=JobId(ids[i]),
+                    task=task,
+                    queue=queue,
+                    state=JobState.READY if state is ready else JobState.SCHEDULED,
+                    args=loads(args),
+                    kwargs=loads(kwargs),
+                    priority=priority,
+                    max_attempts=attempts,
+                    run_at=run_at,
+                    enqueued_at=now,
+                    unique_key=key,
                 )
-            )  # fmt: skip
+            )
         return jobs
 
     # ---- hot path -------------------------------------------------------
-    def _claim_statement(self, count: int) -> str:
-        sql = self._claim_sql.get(count)
-        if sql is None:
-            parts = [Q["ready_of_queue"].replace("{queue}", f":q{i}") for i in range(count)]
-            sql = Q["claim"].replace("{candidates}", " UNION ALL ".join(parts))
-            self._claim_sql[count] = sql
-        return sql
-
     def claim(
         self, queues: Sequence[str], n: int, lease: float, worker_id: str
     ) -> list[ClaimedJob]:
@@ -302,65 +248,67 @@ class SQLiteBroker(Broker):
     def _claim_in(
         self, conn: sqlite3.Connection, queues: Sequence[str], n: int, lease: float, worker_id: str
     ) -> list[ClaimedJob]:
-        params: dict[str, Any] = {f"q{i}": q for i, q in enumerate(queues)}
+        """Promote due jobs, then claim: one queue in one statement; several by reading
+        each queue's first ``n`` ready jobs (an index range each), taking the first ``n``
+        of them all in claim order, and claiming those by id."""
+        q = self._queries
         token = secrets.randbits(62)
         now = self._clock()
-        conn.execute(Q["promote_due"], {"now": now})
-        params.update(n=n, token=token, now=now, lease=lease, worker=worker_id)
-        rows = conn.execute(self._claim_statement(len(queues)), params).fetchall()
-        return in_claim_order([_claimed_from_row(r, token) for r in rows])
+        conn.execute(q["promote_due"], {"now": now})
+        params: dict[str, Any] = {"n": n, "token": token, "now": now, "lease": lease}
+        params["worker"] = worker_id
+        wanted = list(dict.fromkeys(queues))
+        if len(wanted) == 1:
+            name, params["queue"] = "claim_queue", wanted[0]
+        else:
+            candidates: list[Row] = []
+            for queue in wanted:
+                candidates += conn.execute(q["ready_of_queue"], {"queue": queue, "n": n})
+            candidates.sort(key=self._claim_order)
+            at_id = q["ready_of_queue"].at["id"]
+            name, params["ids"] = "claim_ids", dumps([r[at_id] for r in candidates[:n]])
+        read = self._jobs[name]
+        return in_claim_order([read.claimed(r, token) for r in conn.execute(q[name], params)])
 
     def has_work(self, queues: Sequence[str]) -> bool:
-        marks, params = _placeholders("q", queues)
+        params = {"queues": dumps(list(queues)), "now": self._clock()}
         with self._read() as conn:
-            if conn.execute(Q["probe_ready"].replace("{queues}", marks), params).fetchone():
+            if conn.execute(self._queries["probe_ready"], params).fetchone():
                 return True
-            due = conn.execute(
-                Q["probe_due"].replace("{queues}", marks), {**params, "now": self._clock()}
-            ).fetchone()
-            return due is not None
+            return conn.execute(self._queries["probe_due"], params).fetchone() is not None
 
     def next_due(self, queues: Sequence[str]) -> float | None:
-        marks, params = _placeholders("q", queues)
+        query = self._queries["next_scheduled"]
         with self._read() as conn:
-            at = conn.execute(Q["next_scheduled"].replace("{queues}", marks), params).fetchone()[0]
+            row = conn.execute(query, {"queues": dumps(list(queues))}).fetchone()
+        at = row[query.at["run_at"]]
         return None if at is None else max(0.0, at - self._clock())
 
-    def record(self, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> list[Claim]:
-        if not started and not outcomes:
-            return []
-        with self._write(relaxed=not outcomes) as conn:  # starts alone: see _write
-            lost = self._record_in(conn, started, outcomes)
-        self._after_record(outcomes)
-        return lost
-
-    def _record_in(
-        self, conn: sqlite3.Connection, started: Sequence[Claim], outcomes: Sequence[Outcome]
-    ) -> list[Claim]:
+    def _write_record(self, batch: RecordBatch) -> list[Claim]:
         """One statement per kind of write (start, ack, retry, dead) for the whole batch."""
-        finishing = {o.claim for o in outcomes}
-        starts = [c for c in started if c not in finishing]  # ack/fail below set started_at
-        acks = [o for o in outcomes if isinstance(o, Succeeded)]
-        dead = [o for o in outcomes if isinstance(o, Buried)]
-        retries = [o for o in outcomes if isinstance(o, Retried)]
-        batches: list[tuple[str, list[list[Any]]]] = [
-            ("start", [[c.job_id, c.token] for c in starts]),
-            ("ack", [[o.claim.job_id, o.claim.token, o.result_json] for o in acks]),
-            ("fail_dead", [[o.claim.job_id, o.claim.token, _error_json(o)] for o in dead]),
-            ("fail_retry", [[o.claim.job_id, o.claim.token, _error_json(o), o.retry_in]
-                            for o in retries]),
-        ]  # fmt: skip
-        now = self._clock()
-        matched: set[Claim] = set()
-        for query, batch in batches:
-            if batch:
-                rows = conn.execute(Q[query], {"batch": dumps(batch), "now": now}).fetchall()
-                matched.update(Claim(JobId(r[0]), r[1]) for r in rows)
-        return [c for c in [*starts, *(o.claim for o in outcomes)] if c not in matched]
+        with self._write(relaxed=batch.only_starts) as conn:  # see _write
+            return self._record_in(conn, batch)
 
-    def _after_record(self, outcomes: Sequence[Outcome]) -> None:
-        if any(isinstance(o, Retried) for o in outcomes):
-            self._announce()
+    def _record_in(self, conn: sqlite3.Connection, batch: RecordBatch) -> list[Claim]:
+        writes: list[tuple[str, list[list[Any]]]] = [
+            ("start", [[c.job_id, c.token] for c in batch.starts]),
+            ("ack", [[o.claim.job_id, o.claim.token, o.result_json] for o in batch.acks]),
+            ("fail_dead", [[o.claim.job_id, o.claim.token, _error_json(o)] for o in batch.burials]),
+            (
+                "fail_retry",
+                [
+                    [o.claim.job_id, o.claim.token, _error_json(o), o.retry_in]
+                    for o in batch.retries
+                ],
+            ),
+        ]
+        now = self._clock()
+        done: set[Claim] = set()
+        for name, rows in writes:
+            if rows:
+                query = self._queries[name]
+                done |= matched(query, conn.execute(query, {"batch": dumps(rows), "now": now}))
+        return batch.lost(done)
 
     def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
         return self._per_claim("heartbeat", claims, {"lease": lease})
@@ -371,102 +319,83 @@ class SQLiteBroker(Broker):
             self._announce()
         return lost
 
-    def _per_claim(self, query: str, claims: Sequence[Claim], extra: dict[str, Any]) -> list[Claim]:
+    def _per_claim(self, name: str, claims: Sequence[Claim], extra: dict[str, Any]) -> list[Claim]:
         if not claims:
             return []
+        query = self._queries[name]
         lost = []
         with self._write() as conn:
             now = self._clock()
             for claim in claims:
                 params = {"id": claim.job_id, "token": claim.token, "now": now, **extra}
-                if conn.execute(Q[query], params).rowcount == 0:
+                if conn.execute(query, params).rowcount == 0:
                     lost.append(claim)
         return lost
 
     def recover_expired(self, limit: int = 1000) -> Recovery:
+        q = self._queries
         with self._read() as conn:
-            if conn.execute(Q["probe_expired"], {"now": self._clock()}).fetchone() is None:
+            if conn.execute(q["probe_expired"], {"now": self._clock()}).fetchone() is None:
                 return Recovery()
         with self._write() as conn:
             params = {"now": self._clock(), "limit": limit}
-            dead = [JobId(r[0]) for r in conn.execute(Q["recover_dead"], params).fetchall()]
-            requeued = [JobId(r[0]) for r in conn.execute(Q["recover_ready"], params).fetchall()]
+            dead_at, ready_at = q["recover_dead"].at["id"], q["recover_ready"].at["id"]
+            dead = [JobId(r[dead_at]) for r in conn.execute(q["recover_dead"], params)]
+            requeued = [JobId(r[ready_at]) for r in conn.execute(q["recover_ready"], params)]
         if requeued:
             self._announce()
         return Recovery(requeued=requeued, dead=dead)
 
     # ---- operator actions -------------------------------------------------
-    def cancel(self, job_id: int) -> Job:
-        return self._operator_action("cancel", job_id)
-
-    def retry(self, job_id: int) -> Job:
-        try:
-            job = self._operator_action("revive", job_id)
-        except sqlite3.IntegrityError:
-            raise unique_key_taken(job_id) from None
-        self._announce()
-        return job
-
-    def _operator_action(self, query: str, job_id: int) -> Job:
+    def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:
+        get = self._queries["get_job"]
         with self._write() as conn:
-            row = conn.execute(Q[query], {"id": job_id, "now": self._clock()}).fetchone()
-            if row is None:
-                current = conn.execute(Q["get_job"], {"id": job_id}).fetchone()
-        if row is not None:
-            return _row_to_job(row)
-        verb = "cancel" if query == "cancel" else "retry"
-        raise refusal(verb, job_id, current["state"] if current else None)
+            row = conn.execute(
+                self._queries[query], {"id": job_id, "now": self._clock()}
+            ).fetchone()
+            if row is not None:
+                return row, None
+            current = conn.execute(get, {"id": job_id}).fetchone()
+        return None, current[get.at["state"]] if current else None
 
     # ---- retention ------------------------------------------------------------
-    def _prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
+    def prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
         with self._write() as conn:
             params = {"state": state.value, "cutoff": self._clock() - older_than, "batch": batch}
-            return int(conn.execute(Q["prune"], params).rowcount)
+            return int(conn.execute(self._queries["prune"], params).rowcount)
 
     # ---- read side ----------------------------------------------------------
     def get_job(self, job_id: int) -> Job | None:
         with self._read() as conn:
-            row = conn.execute(Q["get_job"], {"id": job_id}).fetchone()
-        return _row_to_job(row) if row else None
+            row = conn.execute(self._queries["get_job"], {"id": job_id}).fetchone()
+        return self._jobs["get_job"].job(row) if row else None
 
     def list_jobs(
         self, state: JobState | None = None, queue: str | None = None, limit: int = 100
     ) -> list[Job]:
         params = {"state": state.value if state else None, "queue": queue, "limit": limit}
         with self._read() as conn:
-            rows = conn.execute(Q["list_jobs"], params).fetchall()
-        return [_row_to_job(r) for r in rows]
+            rows = conn.execute(self._queries["list_jobs"], params).fetchall()
+        return [self._jobs["list_jobs"].job(r) for r in rows]
 
     def stats(self) -> Stats:
+        counts, ages = self._queries["count_by_queue_state"], self._queries["oldest_ready"]
         with self._read() as conn:
             conn.execute("BEGIN")  # one snapshot for both queries
             try:
-                now = self._clock()
-                counts = conn.execute(Q["count_by_queue_state"], {"now": now}).fetchall()
-                oldest = dict(conn.execute(Q["oldest_ready"], {"now": now}).fetchall())
+                now = {"now": self._clock()}
+                count_rows = conn.execute(counts, now).fetchall()
+                age_rows = conn.execute(ages, now).fetchall()
             finally:
                 conn.execute("COMMIT")
-        per_queue: dict[str, dict[JobState, int]] = {}
-        for queue, state, count in counts:
-            per_queue.setdefault(queue, {})[JobState(state)] = count
-        return Stats(
-            {
-                q: QueueStats(c, max(0.0, now - oldest[q]) if q in oldest else 0.0)
-                for q, c in per_queue.items()
-            }
-        )
+        return fold_stats(counts, count_rows, ages, age_rows)
 
     # ---- wake-ups -----------------------------------------------------------
-    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
-        return self._subscribers.add(callback)
-
     def wakeups_healthy(self) -> bool:
         return self._bell is not None
 
-    def _announce(self) -> None:
-        """After a commit that makes work claimable: wake this process's subscribers and
-        ring every other process waiting on this database."""
-        self._subscribers.notify_local()
+    def _ring_others(self) -> None:
+        """Ring every other process waiting on this database."""
         if self._doorbell is not None:
             self._doorbell.ring()
 
@@ -523,6 +452,4 @@ BELL_CHECK = 0.5  # with a doorbell: seconds between data_version checks for oth
 
 
 def _error_json(outcome: Failed) -> str:
-    from ..codec import dumps
-
     return dumps(outcome.error.to_dict())

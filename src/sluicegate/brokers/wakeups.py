@@ -31,9 +31,11 @@ class Subscribers:
             if self._watch_loop is not None and self._thread is None:
                 self._stop.clear()
                 self._thread = threading.Thread(
-                    target=self._watch_loop, args=(self._stop, self.notify_local),
-                    name="sluicegate-watcher", daemon=True,
-                )  # fmt: skip
+                    target=self._watch_loop,
+                    args=(self._stop, self.notify_local),
+                    name="sluicegate-watcher",
+                    daemon=True,
+                )
                 self._thread.start()
 
         def remove() -> None:

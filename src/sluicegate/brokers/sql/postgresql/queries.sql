@@ -1,80 +1,111 @@
--- Named SQL blocks for the PostgreSQL broker. A block starts with "-- name: NAME".
+-- Named SQL blocks for the PostgreSQL broker. A block starts with "-- name: NAME"; one that
+-- returns rows declares them on the next line ("-- columns: a, b" or "-- returns: job").
 -- Batched writes take arrays of (job id, fencing token) and RETURN the pairs they matched:
 -- a claim is done only if its own token matched, never because its job id did. Only a
 -- claim's own start and outcomes leave its token on the row; release, recovery and cancel
 -- clear it (see own_writes).
--- {schema} is the validated schema; {held}, {unfinished}, ... are state lists taken from
--- sluicegate.job's transition table. {now} is the database clock,
+-- {schema} is the validated schema; {ready}, {held}, {cancel_from}, ... are states taken from
+-- sluicegate.job's transition table; {job_columns:ALIAS} lists the columns a Job is built
+-- from, times as unix seconds. {now} is the database clock,
 -- coalesce(%(now)s, statement_timestamp()): tests may pass a time in, production passes NULL
 -- so leases never depend on a worker's clock.
 
--- name: insert_job
-INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
-                           unique_key, enqueued_at)
-SELECT v.queue, v.task, v.args, v.kwargs,
-       CASE WHEN v.run_at <= {now} THEN 'ready' ELSE 'scheduled' END,
-       v.priority, v.run_at, v.max_attempts, NULL, {now}
-FROM unnest(%(queue)s::text[], %(task)s::text[], %(args)s::text[], %(kwargs)s::text[],
-            %(priority)s::int[], %(max_attempts)s::int[], %(delay)s::float8[],
-            %(run_at)s::float8[])
-     WITH ORDINALITY AS i(queue, task, args, kwargs, priority, max_attempts, delay, at, n)
-     CROSS JOIN LATERAL (
-        SELECT i.*, coalesce(to_timestamp(i.at), {now} + make_interval(secs => i.delay)) AS run_at
-     ) AS v
-ORDER BY v.n
-RETURNING {job_columns};
+-- name: migration_lock
+-- columns: locked
+-- Serialises migrators of this schema until the transaction ends.
+SELECT pg_advisory_xact_lock(hashtext('sluicegate:' || %(schema)s)) AS locked;
 
--- name: insert_jobs_notify
--- insert_job and the wake-up in one statement: an enqueue outside a caller's transaction is
--- one round trip, committed on its own (autocommit). The one-time filter runs pg_notify first;
--- the notification goes out when the statement commits.
+-- name: schema_exists
+-- columns: found
+SELECT to_regnamespace(%(schema)s) IS NOT NULL AS found;
+
+-- name: create_version_table
+CREATE TABLE IF NOT EXISTS {schema}.schema_version
+    (version integer PRIMARY KEY, name text NOT NULL,
+     applied_at timestamptz NOT NULL DEFAULT now());
+
+-- name: version_table_exists
+-- columns: found
+SELECT to_regclass(%(version_table)s) IS NOT NULL AS found;
+
+-- name: schema_version
+-- columns: version
+SELECT coalesce(max(version), 0) AS version FROM {schema}.schema_version;
+
+-- name: record_migration
+INSERT INTO {schema}.schema_version (version, name) VALUES (%(version)s, %(name)s);
+
+-- name: insert_jobs
+-- returns: job
+-- Rows and their wake-up in one statement: an enqueue outside a caller's transaction is one
+-- round trip, committed on its own (autocommit). %(queues)s are the queues to wake: none
+-- when the caller notifies later itself. The one-time filter runs pg_notify first; the
+-- notification goes out when the statement commits.
 WITH inserted AS (
-    {insert_job}
+    INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at,
+                               max_attempts, unique_key, enqueued_at)
+    SELECT v.queue, v.task, v.args, v.kwargs,
+           CASE WHEN v.run_at <= {now} THEN {ready} ELSE {scheduled} END,
+           v.priority, v.run_at, v.max_attempts, NULL, {now}
+    FROM unnest(%(queue)s::text[], %(task)s::text[], %(args)s::text[], %(kwargs)s::text[],
+                %(priority)s::int[], %(max_attempts)s::int[], %(delay)s::float8[],
+                %(run_at)s::float8[])
+         WITH ORDINALITY AS i(queue, task, args, kwargs, priority, max_attempts, delay, at, n)
+         CROSS JOIN LATERAL (
+            SELECT i.*,
+                   coalesce(to_timestamp(i.at), {now} + make_interval(secs => i.delay)) AS run_at
+         ) AS v
+    ORDER BY v.n
+    RETURNING *
 ), woke AS (
     SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q
 )
-SELECT * FROM inserted WHERE (SELECT count(*) FROM woke) >= 0;
+SELECT {job_columns:inserted} FROM inserted WHERE (SELECT count(*) FROM woke) >= 0;
 
 -- name: insert_one_notify
+-- returns: job
 -- The common enqueue, one job: plain parameters (no arrays to build and unnest) and its
 -- wake-up, in one autocommit statement.
 WITH inserted AS (
     INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at,
                                max_attempts, unique_key, enqueued_at)
     SELECT %(queue)s, %(task)s, %(args)s, %(kwargs)s,
-           CASE WHEN r.run_at <= {now} THEN 'ready' ELSE 'scheduled' END,
+           CASE WHEN r.run_at <= {now} THEN {ready} ELSE {scheduled} END,
            %(priority)s::int, r.run_at, %(max_attempts)s::int, NULL, {now}
     FROM (SELECT coalesce(to_timestamp(%(run_at)s::float8),
                           {now} + make_interval(secs => %(delay)s::float8)) AS run_at) AS r
-    RETURNING {job_columns}
+    RETURNING *
 ), woke AS (
     SELECT pg_notify(%(channel)s, %(queue)s)
 )
-SELECT * FROM inserted WHERE (SELECT count(*) FROM woke) >= 0;
+SELECT {job_columns:inserted} FROM inserted WHERE (SELECT count(*) FROM woke) >= 0;
 
 -- name: insert_unique_job
+-- returns: job
 -- The conflict target is the partial unique index over unfinished jobs.
 INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
                            unique_key, enqueued_at)
 SELECT %(queue)s, %(task)s, %(args)s, %(kwargs)s,
-       CASE WHEN r.run_at <= {now} THEN 'ready' ELSE 'scheduled' END,
+       CASE WHEN r.run_at <= {now} THEN {ready} ELSE {scheduled} END,
        %(priority)s, r.run_at, %(max_attempts)s, %(unique_key)s, {now}
 FROM (SELECT coalesce(to_timestamp(%(run_at)s::float8), {now} + make_interval(secs => %(delay)s))
       AS run_at) AS r
-ON CONFLICT (unique_key)
-    WHERE unique_key IS NOT NULL AND state IN ('scheduled', 'ready', 'claimed', 'running')
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ({unfinished})
 DO NOTHING
 RETURNING {job_columns};
 
 -- name: unfinished_by_unique_key
+-- returns: job
 SELECT {job_columns} FROM {schema}.jobs
 WHERE unique_key = %(unique_key)s AND state IN ({unfinished});
 
 -- name: notify
+-- columns: notified
 -- Wake-ups carry only a queue name, never job data.
-SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q;
+SELECT pg_notify(%(channel)s, q) AS notified FROM unnest(%(queues)s::text[]) AS q;
 
 -- name: claim
+-- columns: promoted, relaxed, job.*
 -- One statement, so an idle worker's claim is one round trip. For each wanted queue, an index
 -- range of jobs_ready in claim order, at most %(n)s rows, skipping rows other claimers hold
 -- (SKIP LOCKED): so no job is claimed twice, claimers never wait on each other, and the cost
@@ -87,12 +118,12 @@ SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q;
 -- The claim is its own transaction and commits without waiting for the WAL flush
 -- (synchronous_commit off, set by the statement itself): a claim lost in a server crash only
 -- means the job is claimed again later, and its holder's ack is refused.
--- Row layout: promoted, relaxed, then the job's columns (NULL when nothing was claimed).
+-- The job's columns are NULL when nothing was claimed.
 WITH promoted AS (
-    UPDATE {schema}.jobs SET state = 'ready'
+    UPDATE {schema}.jobs SET state = {ready}
     WHERE %(promote)s::boolean AND id IN (
         SELECT id FROM {schema}.jobs
-        WHERE state = 'scheduled' AND run_at <= {now}
+        WHERE state = {scheduled} AND run_at <= {now}
         ORDER BY run_at
         LIMIT 1000
         FOR UPDATE SKIP LOCKED
@@ -103,7 +134,7 @@ WITH promoted AS (
     FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM {schema}.jobs
-        WHERE state = 'ready' AND queue = q.name
+        WHERE state = {ready} AND queue = q.name
         ORDER BY priority, run_at, id
         LIMIT %(n)s
         FOR UPDATE SKIP LOCKED
@@ -115,70 +146,78 @@ WITH promoted AS (
     -- id = ANY(ARRAY(...)), not a join: the statement runs on a generic plan, which cannot
     -- know that %(n)s is small, and would otherwise merge-join against the whole primary key.
     UPDATE {schema}.jobs AS j
-    SET state = 'claimed', attempts = j.attempts + 1, lease_token = %(token)s,
+    SET state = {claimed}, attempts = j.attempts + 1, lease_token = %(token)s,
         lease_expires_at = {now} + make_interval(secs => %(lease)s), worker_id = %(worker)s
     WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
-    RETURNING {job_columns_j}
+    RETURNING j.*
 )
-SELECT p.promoted, p.relaxed, c.*
+SELECT p.promoted, p.relaxed, {job_columns:c}
 FROM (SELECT count(*) FILTER (WHERE queue = ANY(%(queues)s::text[])) AS promoted,
              set_config('synchronous_commit', 'off', true) AS relaxed
       FROM promoted) AS p
 LEFT JOIN claimed AS c ON true;
 
 -- name: probe_work
+-- columns: found
 -- Per queue, the first entry of jobs_ready (an index-only look, whatever the table's size;
 -- a plain EXISTS over queue = ANY(...) lets the planner pick a sequential scan).
 SELECT EXISTS (
            SELECT 1 FROM unnest(%(queues)s::text[]) AS q(name)
            CROSS JOIN LATERAL (
                SELECT 1 FROM {schema}.jobs
-               WHERE state = 'ready' AND queue = q.name
+               WHERE state = {ready} AND queue = q.name
                ORDER BY priority, run_at, id
                LIMIT 1
            ) AS first
        )
     OR EXISTS (SELECT 1 FROM {schema}.jobs
-               WHERE state = 'scheduled' AND run_at <= {now} AND queue = ANY(%(queues)s));
+               WHERE state = {scheduled} AND run_at <= {now} AND queue = ANY(%(queues)s))
+    AS found;
 
 -- name: next_scheduled
-SELECT extract(epoch FROM min(run_at) - {now})::float8 FROM {schema}.jobs
-WHERE state = 'scheduled' AND queue = ANY(%(queues)s);
+-- columns: due_in
+SELECT extract(epoch FROM min(run_at) - {now})::float8 AS due_in FROM {schema}.jobs
+WHERE state = {scheduled} AND queue = ANY(%(queues)s);
 
 -- name: start
-UPDATE {schema}.jobs AS j SET state = 'running', started_at = {now}
+-- columns: id, token
+UPDATE {schema}.jobs AS j SET state = {running}, started_at = {now}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
 WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({start_from})
 RETURNING j.id, c.token;
 
 -- name: ack
+-- columns: id, token
 UPDATE {schema}.jobs AS j
-SET state = 'succeeded', result = c.result, finished_at = {now},
-    started_at = CASE WHEN j.state = 'running' THEN j.started_at ELSE {now} END,
+SET state = {succeeded}, result = c.result, finished_at = {now},
+    started_at = CASE WHEN j.state = {running} THEN j.started_at ELSE {now} END,
     lease_expires_at = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[]) AS c(id, token, result)
-WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
+WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({ack_from})
 RETURNING j.id, c.token;
 
 -- name: fail_retry
+-- columns: id, token, queue
 UPDATE {schema}.jobs AS j
-SET state = 'scheduled', run_at = {now} + make_interval(secs => c.retry_in),
+SET state = {scheduled}, run_at = {now} + make_interval(secs => c.retry_in),
     last_error = c.error, lease_expires_at = NULL,
-    started_at = CASE WHEN j.state = 'running' THEN j.started_at ELSE {now} END
+    started_at = CASE WHEN j.state = {running} THEN j.started_at ELSE {now} END
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[], %(retry_in)s::float8[])
      AS c(id, token, error, retry_in)
-WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
+WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({retry_from})
 RETURNING j.id, c.token, j.queue;
 
 -- name: fail_dead
+-- columns: id, token
 UPDATE {schema}.jobs AS j
-SET state = 'dead', last_error = c.error, finished_at = {now}, lease_expires_at = NULL,
-    started_at = CASE WHEN j.state = 'running' THEN j.started_at ELSE {now} END
+SET state = {dead}, last_error = c.error, finished_at = {now}, lease_expires_at = NULL,
+    started_at = CASE WHEN j.state = {running} THEN j.started_at ELSE {now} END
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[]) AS c(id, token, error)
-WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
+WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({bury_from})
 RETURNING j.id, c.token;
 
 -- name: own_writes
+-- columns: id, token
 -- Claims whose earlier write from this handle may have landed unseen: its COMMIT lost the
 -- connection (fate unknown), or ack_on made it in the caller's transaction. A row that
 -- still carries the claim's token, in a state only that claim's own start or outcome leads
@@ -186,24 +225,27 @@ RETURNING j.id, c.token;
 SELECT j.id, c.token FROM {schema}.jobs AS j
 JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
   ON j.id = c.id AND j.lease_token = c.token
-WHERE j.state IN ('running', 'succeeded', 'dead', 'scheduled');
+WHERE j.state IN ({running}, {succeeded}, {dead}, {scheduled});
 
 -- name: heartbeat
+-- columns: id, token
 UPDATE {schema}.jobs AS j SET lease_expires_at = {now} + make_interval(secs => %(lease)s)
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
 WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
 RETURNING j.id, c.token;
 
 -- name: release
+-- columns: id, token, queue
 -- Shutdown hands the job back: the attempt charged at claim is refunded.
 UPDATE {schema}.jobs AS j
-SET state = 'ready', attempts = greatest(j.attempts - 1, 0), lease_expires_at = NULL,
+SET state = {ready}, attempts = greatest(j.attempts - 1, 0), lease_expires_at = NULL,
     worker_id = NULL, lease_token = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
-WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
+WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({release_from})
 RETURNING j.id, c.token, j.queue;
 
 -- name: recover_expired
+-- columns: id, state, queue
 -- Expired leases: back to ready (the attempt stays charged) or dead when attempts are
 -- exhausted. SKIP LOCKED lets many workers run this at once without double counting.
 WITH expired AS (
@@ -214,7 +256,7 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {schema}.jobs AS j
-SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
+SET state = CASE WHEN j.attempts >= j.max_attempts THEN {dead} ELSE {ready} END,
     finished_at = CASE WHEN j.attempts >= j.max_attempts THEN {now} ELSE NULL END,
     lease_expires_at = NULL, lease_token = NULL,
     worker_id = CASE WHEN j.attempts >= j.max_attempts THEN j.worker_id ELSE NULL END,
@@ -226,22 +268,26 @@ WHERE j.id = expired.id
 RETURNING j.id, j.state, j.queue;
 
 -- name: cancel
+-- returns: job
 UPDATE {schema}.jobs
-SET state = 'cancelled', finished_at = {now}, lease_expires_at = NULL, lease_token = NULL
+SET state = {cancelled}, finished_at = {now}, lease_expires_at = NULL, lease_token = NULL
 WHERE id = %(id)s AND state IN ({cancel_from})
 RETURNING {job_columns};
 
 -- name: revive
+-- returns: job
 UPDATE {schema}.jobs
-SET state = 'ready', attempts = 0, run_at = {now}, finished_at = NULL,
+SET state = {ready}, attempts = 0, run_at = {now}, finished_at = NULL,
     lease_expires_at = NULL, worker_id = NULL, lease_token = NULL
 WHERE id = %(id)s AND state IN ({revive_from})
 RETURNING {job_columns};
 
 -- name: get_job
+-- returns: job
 SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: list_jobs
+-- returns: job
 SELECT {job_columns} FROM {schema}.jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -249,14 +295,16 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: count_by_queue_state
+-- columns: queue, shown, jobs
 SELECT queue,
-       CASE WHEN state = 'scheduled' AND run_at <= {now} THEN 'ready' ELSE state END AS shown,
-       count(*)
+       CASE WHEN state = {scheduled} AND run_at <= {now} THEN {ready} ELSE state END AS shown,
+       count(*) AS jobs
 FROM {schema}.jobs GROUP BY 1, 2;
 
 -- name: oldest_ready
-SELECT queue, extract(epoch FROM {now} - min(run_at))::float8 FROM {schema}.jobs
-WHERE state = 'ready' OR (state = 'scheduled' AND run_at <= {now})
+-- columns: queue, age_s
+SELECT queue, extract(epoch FROM {now} - min(run_at))::float8 AS age_s FROM {schema}.jobs
+WHERE state = {ready} OR (state = {scheduled} AND run_at <= {now})
 GROUP BY queue;
 
 -- name: prune

@@ -1,5 +1,25 @@
--- Named SQL blocks for the SQLite broker. A block starts with "-- name: NAME".
--- {held} and {unfinished} expand to state lists taken from sluicegate.job's transition table.
+-- Named SQL blocks for the SQLite broker. A block starts with "-- name: NAME"; one that
+-- returns rows declares them on the next line ("-- columns: a, b" or "-- returns: job").
+-- {ready}, {held}, {cancel_from}, ... are states from sluicegate.job's transition table;
+-- {job_columns} lists the columns a Job is built from (see sluicegate/brokers/sqlfiles.py).
+-- A list of queues is one JSON array parameter, read with json_each.
+
+-- name: create_version_table
+CREATE TABLE IF NOT EXISTS schema_version
+    (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL);
+
+-- name: schema_version
+-- columns: version
+SELECT coalesce(max(version), 0) AS version FROM schema_version;
+
+-- name: version_table_exists
+-- columns: found
+SELECT EXISTS (
+    SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'
+) AS found;
+
+-- name: record_migration
+INSERT INTO schema_version (version, name, applied_at) VALUES (:version, :name, :now);
 
 -- name: insert_job
 INSERT INTO jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
@@ -7,94 +27,122 @@ INSERT INTO jobs (queue, task, args, kwargs, state, priority, run_at, max_attemp
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_unique_job
--- The conflict target is the partial unique index over unfinished jobs.
+-- The conflict target is the partial unique index over unfinished jobs: its WHERE must
+-- match the index's, states in the same order.
 INSERT INTO jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
                   unique_key, enqueued_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (unique_key)
-    WHERE unique_key IS NOT NULL AND state IN ('scheduled', 'ready', 'claimed', 'running')
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ({unfinished})
 DO NOTHING;
 
 -- name: unfinished_by_unique_key
-SELECT * FROM jobs WHERE unique_key = :key AND state IN ({unfinished});
+-- returns: job
+SELECT {job_columns} FROM jobs WHERE unique_key = :key AND state IN ({unfinished});
 
 -- name: promote_due
 -- Seeks the jobs_scheduled index; touches only scheduled jobs that are due.
-UPDATE jobs SET state = 'ready' WHERE state = 'scheduled' AND run_at <= :now;
+UPDATE jobs SET state = {ready} WHERE state = {scheduled} AND run_at <= :now;
 
--- name: ready_of_queue
--- One queue's ready jobs in claim order, read straight off the jobs_ready index
--- (no sort, no finished rows). Used once per queue inside claim.
-SELECT * FROM (
-    SELECT id, priority, run_at FROM jobs
-    WHERE state = 'ready' AND queue = {queue}
+-- name: claim_queue
+-- returns: job
+-- One queue's ready jobs in claim order, read straight off the jobs_ready index (no sort,
+-- no finished rows): an index range of at most :n rows, so the cost does not grow with
+-- the backlog. Fencing: every claimed row gets this claim's token and charges an attempt.
+-- claim_ids below sets the same columns.
+UPDATE jobs
+SET state = {claimed}, attempts = attempts + 1, lease_token = :token,
+    lease_expires_at = :now + :lease, worker_id = :worker
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE state = {ready} AND queue = :queue
     ORDER BY priority, run_at, id
     LIMIT :n
 )
+RETURNING {job_columns};
 
--- name: claim
--- {candidates} is ready_of_queue once per queue, joined by UNION ALL: each part is an
--- index range of at most :n rows, so the cost does not grow with the backlog.
--- Fencing: every claimed row gets this claim's token and charges an attempt.
+-- name: ready_of_queue
+-- columns: id, priority, run_at
+-- A claim over several queues reads this once per queue (the same index range as
+-- claim_queue), takes the first :n of them all in claim order, and claims those by id.
+SELECT id, priority, run_at FROM jobs
+WHERE state = {ready} AND queue = :queue
+ORDER BY priority, run_at, id
+LIMIT :n;
+
+-- name: claim_ids
+-- returns: job
+-- By primary key (the + keeps the planner off the state indexes, which would scan every
+-- ready job).
 UPDATE jobs
-SET state = 'claimed', attempts = attempts + 1, lease_token = :token,
+SET state = {claimed}, attempts = attempts + 1, lease_token = :token,
     lease_expires_at = :now + :lease, worker_id = :worker
-WHERE id IN (
-    SELECT id FROM ({candidates}) ORDER BY priority, run_at, id LIMIT :n
-)
-RETURNING *;
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = {ready}
+RETURNING {job_columns};
 
 -- name: probe_ready
-SELECT 1 FROM jobs WHERE state = 'ready' AND queue IN ({queues}) LIMIT 1;
+-- columns: found
+SELECT 1 AS found FROM jobs
+WHERE state = {ready} AND queue IN (SELECT value FROM json_each(:queues))
+LIMIT 1;
 
 -- name: probe_due
-SELECT 1 FROM jobs WHERE state = 'scheduled' AND run_at <= :now AND queue IN ({queues}) LIMIT 1;
+-- columns: found
+SELECT 1 AS found FROM jobs
+WHERE state = {scheduled} AND run_at <= :now
+  AND queue IN (SELECT value FROM json_each(:queues))
+LIMIT 1;
 
 -- name: next_scheduled
-SELECT min(run_at) FROM jobs WHERE state = 'scheduled' AND queue IN ({queues});
+-- columns: run_at
+SELECT min(run_at) AS run_at FROM jobs
+WHERE state = {scheduled} AND queue IN (SELECT value FROM json_each(:queues));
 
 -- name: start
+-- columns: id, token
 -- Batched writes: :batch is a JSON array of [job id, fencing token, ...] per claim, one
 -- statement per kind and turn; RETURNING names the claims whose own token matched.
-UPDATE jobs SET state = 'running', started_at = :now
+UPDATE jobs SET state = {running}, started_at = :now
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token
       FROM json_each(:batch)) AS c
 WHERE jobs.id = c.id AND jobs.lease_token = c.token AND +jobs.state IN ({start_from})
-RETURNING jobs.id, jobs.lease_token;
+RETURNING jobs.id, jobs.lease_token AS token;
 
 -- name: ack
+-- columns: id, token
 -- A claim finished without a separate start (record() folds the two) began its body now;
 -- started_at of an earlier attempt must not stand in for this one. Same for fail_*.
 UPDATE jobs
-SET state = 'succeeded', result = c.result, finished_at = :now,
-    started_at = CASE WHEN jobs.state = 'running' THEN jobs.started_at ELSE :now END,
+SET state = {succeeded}, result = c.result, finished_at = :now,
+    started_at = CASE WHEN jobs.state = {running} THEN jobs.started_at ELSE :now END,
     lease_expires_at = NULL
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token,
              json_extract(value, '$[2]') AS result
       FROM json_each(:batch)) AS c
-WHERE jobs.id = c.id AND jobs.lease_token = c.token AND +jobs.state IN ({held})
-RETURNING jobs.id, jobs.lease_token;
+WHERE jobs.id = c.id AND jobs.lease_token = c.token AND +jobs.state IN ({ack_from})
+RETURNING jobs.id, jobs.lease_token AS token;
 
 -- name: fail_retry
+-- columns: id, token
 UPDATE jobs
-SET state = 'scheduled', run_at = :now + c.retry_in, last_error = c.error,
-    started_at = CASE WHEN jobs.state = 'running' THEN jobs.started_at ELSE :now END,
+SET state = {scheduled}, run_at = :now + c.retry_in, last_error = c.error,
+    started_at = CASE WHEN jobs.state = {running} THEN jobs.started_at ELSE :now END,
     lease_expires_at = NULL
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token,
              json_extract(value, '$[2]') AS error, json_extract(value, '$[3]') AS retry_in
       FROM json_each(:batch)) AS c
-WHERE jobs.id = c.id AND jobs.lease_token = c.token AND +jobs.state IN ({held})
-RETURNING jobs.id, jobs.lease_token;
+WHERE jobs.id = c.id AND jobs.lease_token = c.token AND +jobs.state IN ({retry_from})
+RETURNING jobs.id, jobs.lease_token AS token;
 
 -- name: fail_dead
+-- columns: id, token
 UPDATE jobs
-SET state = 'dead', last_error = c.error, finished_at = :now, lease_expires_at = NULL,
-    started_at = CASE WHEN jobs.state = 'running' THEN jobs.started_at ELSE :now END
+SET state = {dead}, last_error = c.error, finished_at = :now, lease_expires_at = NULL,
+    started_at = CASE WHEN jobs.state = {running} THEN jobs.started_at ELSE :now END
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token,
              json_extract(value, '$[2]') AS error
       FROM json_each(:batch)) AS c
-WHERE jobs.id = c.id AND jobs.lease_token = c.token AND +jobs.state IN ({held})
-RETURNING jobs.id, jobs.lease_token;
+WHERE jobs.id = c.id AND jobs.lease_token = c.token AND +jobs.state IN ({bury_from})
+RETURNING jobs.id, jobs.lease_token AS token;
 
 -- name: heartbeat
 UPDATE jobs SET lease_expires_at = :now + :lease
@@ -103,63 +151,74 @@ WHERE id = :id AND lease_token = :token AND state IN ({held});
 -- name: release
 -- Shutdown hands the job back: the attempt charged at claim is refunded.
 UPDATE jobs
-SET state = 'ready', attempts = max(attempts - 1, 0), lease_expires_at = NULL, worker_id = NULL
-WHERE id = :id AND lease_token = :token AND state IN ({held});
+SET state = {ready}, attempts = max(attempts - 1, 0), lease_expires_at = NULL,
+    worker_id = NULL
+WHERE id = :id AND lease_token = :token AND state IN ({release_from});
 
 -- name: probe_expired
-SELECT 1 FROM jobs WHERE state IN ({held}) AND lease_expires_at < :now LIMIT 1;
+-- columns: found
+SELECT 1 AS found FROM jobs WHERE state IN ({held}) AND lease_expires_at < :now LIMIT 1;
 
 -- name: recover_dead
+-- columns: id
 -- Expired leases with no attempts left; the attempt was charged when claimed.
 UPDATE jobs
-SET state = 'dead', finished_at = :now, lease_expires_at = NULL,
+SET state = {dead}, finished_at = :now, lease_expires_at = NULL,
     last_error = json_object('type', 'WorkerLost', 'traceback', '',
         'message', 'worker lost: lease of worker ' || coalesce(worker_id, '?')
                    || ' expired without a heartbeat')
-WHERE id IN (SELECT id FROM jobs WHERE state IN ({held}) AND lease_expires_at < :now
-             AND attempts >= max_attempts LIMIT :limit)
+WHERE id IN (SELECT id FROM jobs WHERE state IN ({recover_dead_from})
+             AND lease_expires_at < :now AND attempts >= max_attempts LIMIT :limit)
 RETURNING id;
 
 -- name: recover_ready
+-- columns: id
 UPDATE jobs
-SET state = 'ready', lease_expires_at = NULL, worker_id = NULL,
+SET state = {ready}, lease_expires_at = NULL, worker_id = NULL,
     last_error = json_object('type', 'WorkerLost', 'traceback', '',
         'message', 'worker lost: lease of worker ' || coalesce(worker_id, '?')
                    || ' expired without a heartbeat')
-WHERE id IN (SELECT id FROM jobs WHERE state IN ({held}) AND lease_expires_at < :now
+WHERE id IN (SELECT id FROM jobs WHERE state IN ({recover_from}) AND lease_expires_at < :now
              LIMIT :limit)
 RETURNING id;
 
 -- name: cancel
-UPDATE jobs SET state = 'cancelled', finished_at = :now, lease_expires_at = NULL
+-- returns: job
+UPDATE jobs SET state = {cancelled}, finished_at = :now, lease_expires_at = NULL
 WHERE id = :id AND state IN ({cancel_from})
-RETURNING *;
+RETURNING {job_columns};
 
 -- name: revive
+-- returns: job
 UPDATE jobs
-SET state = 'ready', attempts = 0, run_at = :now, finished_at = NULL,
+SET state = {ready}, attempts = 0, run_at = :now, finished_at = NULL,
     lease_expires_at = NULL, worker_id = NULL
 WHERE id = :id AND state IN ({revive_from})
-RETURNING *;
+RETURNING {job_columns};
 
 -- name: get_job
-SELECT * FROM jobs WHERE id = :id;
+-- returns: job
+SELECT {job_columns} FROM jobs WHERE id = :id;
 
 -- name: list_jobs
-SELECT * FROM jobs
+-- returns: job
+SELECT {job_columns} FROM jobs
 WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC
 LIMIT :limit;
 
 -- name: count_by_queue_state
+-- columns: queue, shown, jobs
+-- Due scheduled jobs count as ready: a claim would promote them first.
 SELECT queue,
-       CASE WHEN state = 'scheduled' AND run_at <= :now THEN 'ready' ELSE state END AS shown,
-       count(*)
+       CASE WHEN state = {scheduled} AND run_at <= :now THEN {ready} ELSE state END AS shown,
+       count(*) AS jobs
 FROM jobs GROUP BY queue, shown;
 
 -- name: oldest_ready
-SELECT queue, min(run_at) FROM jobs
-WHERE state = 'ready' OR (state = 'scheduled' AND run_at <= :now)
+-- columns: queue, age_s
+SELECT queue, :now - min(run_at) AS age_s FROM jobs
+WHERE state = {ready} OR (state = {scheduled} AND run_at <= :now)
 GROUP BY queue;
 
 -- name: prune

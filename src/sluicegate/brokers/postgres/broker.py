@@ -1,0 +1,353 @@
+"""The PostgreSQL broker's verbs: many workers on many machines, one server.
+
+Claims are one statement with ``FOR UPDATE SKIP LOCKED`` over a partial index of ready
+jobs; heartbeats, acks and failures are batched with ``unnest`` arrays and matched by
+(job id, fencing token). Leases and due times use the server's clock (``now()``); tests
+may pass a clock in. Wake-ups use LISTEN/NOTIFY (payload: a queue name only), with
+polling as the fallback. Producers can enqueue inside their own psycopg transaction, and
+``transactional`` tasks commit their writes together with the job's ack, on connections
+of their own so that a long task never starves claims and heartbeats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from ...codec import dumps
+from ...errors import BrokerUnavailable, ConfigError, LeaseLost
+from ...job import Claim, ClaimedJob, Job, JobId, JobSpec, JobState, in_claim_order
+from ..base import RecordBatch, Recovery, Stats
+from ..sqlbase import Row, SQLBroker, fold_stats, matched
+from ..sqlfiles import JOB_COLUMNS
+from ..wakeups import Subscribers
+from .connections import Connections, psycopg
+from .fate import UnknownFate, ids_tokens
+from .inserts import Inserts, tuple_rows
+from .listener import Listener
+from .url import Settings
+
+LISTEN_WAIT = 2.0  # subscribe() waits this long at most for LISTEN to be in place
+TIMES = ("run_at", "lease_expires_at", "enqueued_at", "started_at", "finished_at")
+# statement_timestamp(), not now(): now() is when the transaction began, and an ack in a
+# transactional task's transaction would stamp finished_at at the task's start.
+NOW = "coalesce(to_timestamp(%(now)s::float8), statement_timestamp())"
+
+
+def job_columns(alias: str) -> str:
+    """``{job_columns:ALIAS}``: the columns a Job is built from, times as unix seconds."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(
+        f"extract(epoch FROM {prefix}{c})::float8 AS {c}" if c in TIMES else f"{prefix}{c}"
+        for c in JOB_COLUMNS
+    )
+
+
+def _fits_bigint(job_id: int) -> bool:
+    return -(2**63) <= job_id < 2**63
+
+
+class PostgresBroker(Inserts, SQLBroker):
+    dialect = "postgresql"
+    unique_violation = (psycopg.errors.UniqueViolation,) if psycopg is not None else ()
+    supports_transactions = True
+    cheap_empty_claim = True  # an empty claim writes nothing: idle workers need no probe first
+
+    def __init__(self, url: str, clock: Callable[[], float] | None = None) -> None:
+        if psycopg is None:
+            raise ConfigError(
+                "the postgresql:// broker needs psycopg: pip install 'sluicegate[postgres]'"
+            )
+        self.url = url
+        self.settings = settings = Settings.from_url(url)
+        self.dsn, self.schema, self.channel = settings.dsn, settings.schema, settings.channel
+        self.poll_interval = settings.poll_interval
+        self._clock = clock
+        self._load_queries(
+            {"schema": settings.quoted_schema, "now": NOW, "job_columns": job_columns}
+        )
+        self.migrations_applied: list[int] = []
+        self._fate = UnknownFate(self._queries["own_writes"])
+        self._db = Connections(settings)
+        try:
+            if settings.migrate:
+                self.migrate()
+            else:
+                self._check_migrated()
+        except BaseException:
+            self._db.close()
+            raise
+        self._listener = Listener(settings)
+        self._subscribers = Subscribers(self._listener.run, self._listener.interrupt)
+
+    def _now(self) -> float | None:
+        return self._clock() if self._clock is not None else None
+
+    def close(self) -> None:
+        self._subscribers.stop()
+        self._listener.close()
+        self._db.close()
+
+    # ---- migrations ---------------------------------------------------------------------
+    def _migration_values(self) -> dict[str, str]:
+        return {"schema": self.settings.quoted_schema}
+
+    def _migration_transaction(self) -> contextlib.AbstractContextManager[Any]:
+        return self._db.transaction()
+
+    def _prepare_migration(self, conn: Any) -> None:
+        """An advisory lock per schema serialises migrators (many processes may start at
+        once); CREATE SCHEMA needs CREATE on the database, even IF NOT EXISTS: only if missing."""
+        q, schema = self._queries, {"schema": self.schema}
+        conn.execute(q["migration_lock"], schema)
+        if not conn.execute(q["schema_exists"], schema).fetchone()[0]:
+            conn.execute(f"CREATE SCHEMA {self.settings.quoted_schema}")
+        conn.execute(q["create_version_table"])
+
+    def _schema_version(self, conn: Any) -> int:
+        table = {"version_table": f"{self.settings.quoted_schema}.schema_version"}
+        if not conn.execute(self._queries["version_table_exists"], table).fetchone()[0]:
+            return 0
+        return int(conn.execute(self._queries["schema_version"]).fetchone()[0])
+
+    def _check_migrated(self) -> None:
+        current, latest = self._versions()
+        if current < latest:
+            raise ConfigError(
+                f"PostgreSQL schema {self.schema!r} at {self.settings.server} is at version "
+                f"{current}, this sluicegate needs {latest}, and the URL says migrate=false: "
+                "run `sluicegate migrate --broker URL` (URL without migrate=false, as a role "
+                "that may create tables in the schema)"
+            )
+
+    # ---- producer side ------------------------------------------------------------------
+    def enqueue(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
+        if connection is not None and not isinstance(connection, psycopg.Connection):
+            raise ConfigError(
+                "enqueue(connection=...) takes a psycopg 3 Connection with an open "
+                f"transaction, not {type(connection).__name__}"
+            )
+        if not specs:
+            return []
+        if connection is not None:
+            # The caller's transaction: no commit here; NOTIFY goes out when it commits.
+            return self._insert(connection, specs)
+        if len(specs) == 1 and specs[0].unique_key is None:
+            # One statement, its own transaction: row and wake-up commit in one round trip.
+            with self._db.single() as conn:
+                jobs = [self._insert_one(conn, specs[0])]
+        elif all(s.unique_key is None for s in specs):
+            with self._db.single() as conn:
+                jobs = self._insert_plain(conn, list(specs), self._now(), notify=True)
+        else:
+            with self._db.transaction() as conn:
+                jobs = self._insert(conn, specs)
+        self._subscribers.notify_local()
+        return jobs
+
+    # ---- hot path -----------------------------------------------------------------------
+    def claim(
+        self, queues: Sequence[str], n: int, lease: float, worker_id: str
+    ) -> list[ClaimedJob]:
+        """One statement, its own transaction: an idle worker's claim is one round trip.
+
+        A claim that promoted due jobs of its queues claims nothing (see the claim
+        statement); the second statement, without promoting, sees them committed."""
+        if n <= 0 or not queues:
+            return []
+        query = self._queries["claim"]
+        token = secrets.randbits(62)
+        params = {
+            "queues": list(dict.fromkeys(queues)),
+            "n": n,
+            "token": token,
+            "lease": lease,
+            "worker": worker_id,
+            "now": self._now(),
+            "promote": True,
+        }
+        with self._db.single() as conn:
+            rows = conn.execute(query, params).fetchall()
+            if rows and rows[0][query.at["promoted"]]:
+                rows = conn.execute(query, {**params, "promote": False}).fetchall()
+        at_id, read = query.at["id"], self._jobs["claim"].claimed
+        return in_claim_order([read(r, token) for r in rows if r[at_id] is not None])
+
+    def has_work(self, queues: Sequence[str]) -> bool:
+        with self._db.transaction() as conn:
+            params = {"queues": list(queues), "now": self._now()}
+            return bool(conn.execute(self._queries["probe_work"], params).fetchone()[0])
+
+    def next_due(self, queues: Sequence[str]) -> float | None:
+        with self._db.transaction() as conn:
+            params = {"queues": list(queues), "now": self._now()}
+            due_in = conn.execute(self._queries["next_scheduled"], params).fetchone()[0]
+        return None if due_in is None else max(0.0, float(due_in))
+
+    def _write_record(self, batch: RecordBatch) -> list[Claim]:
+        """Starts and outcomes in one pipelined transaction."""
+        try:
+            with self._db.transaction() as conn, conn.pipeline():
+                if batch.only_starts:  # losing them in a crash leaves jobs "claimed"
+                    conn.execute("SET LOCAL synchronous_commit = off")
+                done = self._record_in(conn, batch)
+                done |= self._fate.own_writes(conn, batch.lost(done))
+        except BrokerUnavailable:
+            # Perhaps at COMMIT: whether it was written stays unknown until the caller retries.
+            self._fate.remember(batch.claims)
+            raise
+        # Any other claim that ended (ack, fail, release, recovery, cancel) is lost for every
+        # later call, its own token included: fencing, as on every broker.
+        return batch.lost(done)
+
+    def _record_in(self, conn: Any, batch: RecordBatch) -> set[Claim]:
+        """The batched writes of ``record``, one statement per kind; returns the claims matched."""
+        q, now = self._queries, self._now()
+        done: set[Claim] = set()
+        params: dict[str, Any]
+        if batch.starts:
+            params = {**ids_tokens(batch.starts), "now": now}
+            done |= matched(q["start"], conn.execute(q["start"], params))
+        if batch.acks:
+            params = {**ids_tokens([o.claim for o in batch.acks]), "now": now}
+            params["results"] = [o.result_json for o in batch.acks]
+            done |= matched(q["ack"], conn.execute(q["ack"], params))
+        if batch.burials:
+            params = {**ids_tokens([o.claim for o in batch.burials]), "now": now}
+            params["errors"] = [dumps(o.error.to_dict()) for o in batch.burials]
+            done |= matched(q["fail_dead"], conn.execute(q["fail_dead"], params))
+        if batch.retries:
+            params = {**ids_tokens([o.claim for o in batch.retries]), "now": now}
+            params["errors"] = [dumps(o.error.to_dict()) for o in batch.retries]
+            params["retry_in"] = [o.retry_in for o in batch.retries]
+            rows = conn.execute(q["fail_retry"], params).fetchall()
+            done |= matched(q["fail_retry"], rows)
+            if rows:  # due later: sleeping workers elsewhere recompute their next wake-up
+                at_queue = q["fail_retry"].at["queue"]
+                self._notify_queues(conn, [r[at_queue] for r in rows])
+        return done
+
+    def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
+        if not claims:
+            return []
+        query = self._queries["heartbeat"]
+        with self._db.transaction() as conn:
+            params = {**ids_tokens(claims), "lease": lease, "now": self._now()}
+            alive = matched(query, conn.execute(query, params))
+            alive |= self._fate.own_writes(conn, [c for c in claims if c not in alive])
+        return [c for c in claims if c not in alive]
+
+    def release(self, claims: Sequence[Claim]) -> list[Claim]:
+        if not claims:
+            return []
+        query = self._queries["release"]
+        with self._db.transaction() as conn:
+            rows = conn.execute(query, ids_tokens(claims)).fetchall()
+            if rows:
+                self._notify_queues(conn, [r[query.at["queue"]] for r in rows])
+        released = matched(query, rows)
+        if released:
+            self._announce()
+        return [c for c in claims if c not in released]
+
+    def recover_expired(self, limit: int = 1000) -> Recovery:
+        query = self._queries["recover_expired"]
+        at_id, at_state, at_queue = (query.at[c] for c in ("id", "state", "queue"))
+        with self._db.transaction() as conn:
+            rows = conn.execute(query, {"limit": limit, "now": self._now()}).fetchall()
+            requeued = [r for r in rows if r[at_state] == JobState.READY]
+            if requeued:
+                self._notify_queues(conn, [r[at_queue] for r in requeued])
+        if requeued:
+            self._announce()
+        return Recovery(
+            requeued=sorted(JobId(r[at_id]) for r in requeued),
+            dead=sorted(JobId(r[at_id]) for r in rows if r[at_state] == JobState.DEAD),
+        )
+
+    # ---- transactional completion -------------------------------------------------------
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A psycopg connection in an open transaction; commits on success, else rolls back.
+
+        Taken from a pool of its own: a task holds it for as long as it runs, and must not
+        starve the claims and heartbeats of the main pool."""
+        with self._db.task_transaction() as conn:
+            yield conn
+
+    def ack_on(self, connection: Any, claim: Claim, result_json: str) -> None:
+        """Ack inside the caller's transaction (a transactional task's own connection).
+
+        Commits or rolls back with the caller's writes; LeaseLost if the token is stale."""
+        query = self._queries["ack"]
+        params = {**ids_tokens([claim]), "results": [result_json], "now": self._now()}
+        with tuple_rows(connection) as cur:
+            done = matched(query, cur.execute(query, params).fetchall())
+        if claim not in done:
+            raise LeaseLost(claim.job_id, claim.token)
+        # The caller's COMMIT may land any moment (or break, fate unknown). Remembered now,
+        # before that commit hands the row to a start or heartbeat of this claim waiting on
+        # its lock: those find the task's own ack, which is no lost lease (own_writes).
+        self._fate.remember([claim])
+
+    # ---- operator actions ---------------------------------------------------------------
+    def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:
+        if not _fits_bigint(job_id):
+            return None, None
+        get = self._queries["get_job"]
+        with self._db.transaction() as conn:
+            params = {"id": job_id, "now": self._now()}
+            row = conn.execute(self._queries[query], params).fetchone()
+            if row is not None:
+                if query == "revive":
+                    self._notify_queues(conn, [row[self._queries[query].at["queue"]]])
+                return row, None
+            current = conn.execute(get, {"id": job_id}).fetchone()
+        return None, current[get.at["state"]] if current else None
+
+    # ---- read side ----------------------------------------------------------------------
+    def get_job(self, job_id: int) -> Job | None:
+        if not _fits_bigint(job_id):
+            return None
+        with self._db.transaction() as conn:
+            row = conn.execute(self._queries["get_job"], {"id": job_id}).fetchone()
+        return self._jobs["get_job"].job(row) if row else None
+
+    def list_jobs(
+        self, state: JobState | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[Job]:
+        params = {"state": state.value if state else None, "queue": queue, "limit": limit}
+        with self._db.custom_plans() as conn:
+            rows = conn.execute(self._queries["list_jobs"], params).fetchall()
+        return [self._jobs["list_jobs"].job(r) for r in rows]
+
+    def stats(self) -> Stats:
+        counts, ages = self._queries["count_by_queue_state"], self._queries["oldest_ready"]
+        now = {"now": self._now()}
+        with self._db.transaction() as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            count_rows = conn.execute(counts, now).fetchall()
+            age_rows = conn.execute(ages, now).fetchall()
+        return fold_stats(counts, count_rows, ages, age_rows)
+
+    # ---- retention ----------------------------------------------------------------------
+    def prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
+        """Pruners may run at once: SKIP LOCKED gives each its own rows and its own count."""
+        params = {"state": state.value, "older_than": older_than, "batch": batch}
+        with self._db.custom_plans() as conn:
+            return int(
+                conn.execute(self._queries["prune"], {**params, "now": self._now()}).rowcount
+            )
+
+    # ---- wake-ups -----------------------------------------------------------------------
+    def wakeups_healthy(self) -> bool:
+        return self._listener.listening.is_set()
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Also waits (at most LISTEN_WAIT s) until LISTEN is in place, so that an enqueue
+        from anywhere after this returns is seen."""
+        unsubscribe = self._subscribers.add(callback)
+        self._listener.listening.wait(LISTEN_WAIT)
+        return unsubscribe

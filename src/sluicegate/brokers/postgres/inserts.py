@@ -1,0 +1,113 @@
+"""Rows in: the PostgreSQL broker's inserts, plain (batched with ``unnest``, or one job
+with plain parameters) and by unique key, and the NOTIFY that wakes workers elsewhere."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...errors import BrokerUnavailable
+from ...job import Job, JobSpec
+from ..sqlbase import JobRows
+from ..sqlfiles import Query
+
+
+def tuple_rows(conn: Any) -> Any:
+    """A cursor reading tuples: the caller's connection may have any row factory."""
+    from psycopg.rows import tuple_row
+
+    return conn.cursor(row_factory=tuple_row)
+
+
+class Inserts:
+    """The insert half of PostgresBroker (whose enqueue picks one of these)."""
+
+    channel: str
+    _queries: dict[str, Query]
+    _jobs: dict[str, JobRows]
+    _now: Callable[[], float | None]
+
+    def _insert(self, conn: Any, specs: Sequence[JobSpec]) -> list[Job]:
+        """Rows go in batch order (ids are the claim order's last tie-break): each run of
+        specs without a unique key is one statement, keyed specs go one at a time."""
+        jobs: list[Job] = []
+        now = self._now()
+        for plain, run in itertools.groupby(specs, key=lambda s: s.unique_key is None):
+            batch = list(run)
+            if plain:
+                jobs.extend(self._insert_plain(conn, batch, now))
+            else:
+                jobs.extend(self._insert_unique(conn, spec, now) for spec in batch)
+        self._notify_queues(conn, [s.queue for s in specs])
+        return jobs
+
+    def _insert_plain(
+        self, conn: Any, specs: list[JobSpec], now: float | None, notify: bool = False
+    ) -> list[Job]:
+        query = self._queries["insert_jobs"]
+        params = {
+            "queue": [s.queue for s in specs],
+            "task": [s.task for s in specs],
+            "args": [s.args_json for s in specs],
+            "kwargs": [s.kwargs_json for s in specs],
+            "priority": [s.priority for s in specs],
+            "max_attempts": [s.max_attempts for s in specs],
+            "delay": [s.delay for s in specs],
+            "run_at": [s.run_at for s in specs],
+            "now": now,
+            "channel": self.channel,
+            "queues": sorted({s.queue for s in specs}) if notify else [],
+        }
+        with tuple_rows(conn) as cur:
+            rows = cur.execute(query, params).fetchall()
+        rows.sort(key=lambda r: r[query.at["id"]])  # identities follow the statement's ORDER BY
+        read = self._jobs["insert_jobs"].job
+        return [read(r) for r in rows]
+
+    def _insert_one(self, conn: Any, spec: JobSpec) -> Job:
+        params = {
+            "queue": spec.queue,
+            "task": spec.task,
+            "args": spec.args_json,
+            "kwargs": spec.kwargs_json,
+            "priority": spec.priority,
+            "max_attempts": spec.max_attempts,
+            "run_at": spec.run_at,
+            "delay": spec.delay,
+            "now": self._now(),
+            "channel": self.channel,
+        }
+        row = conn.execute(self._queries["insert_one_notify"], params).fetchone()
+        return self._jobs["insert_one_notify"].job(row)
+
+    def _insert_unique(self, conn: Any, spec: JobSpec, now: float | None) -> Job:
+        q = self._queries
+        params = {
+            "queue": spec.queue,
+            "task": spec.task,
+            "args": spec.args_json,
+            "kwargs": spec.kwargs_json,
+            "priority": spec.priority,
+            "max_attempts": spec.max_attempts,
+            "unique_key": spec.unique_key,
+            "run_at": spec.run_at,
+            "delay": spec.delay,
+            "now": now,
+        }
+        # The holder of the key can finish between our insert and our read: then go again.
+        with tuple_rows(conn) as cur:
+            for _ in range(5):
+                row = cur.execute(q["insert_unique_job"], params).fetchone()
+                if row is not None:
+                    return self._jobs["insert_unique_job"].job(row)
+                row = cur.execute(q["unfinished_by_unique_key"], params).fetchone()
+                if row is not None:
+                    return self._jobs["unfinished_by_unique_key"].job(row)
+        raise BrokerUnavailable(
+            f"unique key {spec.unique_key!r} kept changing hands during enqueue; try again"
+        )
+
+    def _notify_queues(self, conn: Any, queues: Sequence[str]) -> None:
+        params = {"channel": self.channel, "queues": sorted(set(queues))}
+        conn.execute(self._queries["notify"], params)

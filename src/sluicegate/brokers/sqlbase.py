@@ -1,0 +1,310 @@
+"""What the SQL brokers (SQLite, PostgreSQL) share, so each dialect keeps only what differs:
+its connections, its locking, its SQL.
+
+- Rows become Jobs by column name (``JobRows``), an undecodable row becoming a claimed
+  job with a ``problem`` rather than an exception.
+- ``record`` groups outcomes by event (``RecordBatch``) and wakes workers after retries.
+- Operator actions (cancel, retry) and their refusals.
+- The migrations runner: read the version, apply pending numbered migrations, record them.
+- Stats folded from (queue, state, count) and (queue, age) rows.
+- Options read from a broker URL's query string (``UrlOptions``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from abc import abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import itemgetter
+from typing import Any, ClassVar, TypeVar
+
+from ..codec import loads
+from ..errors import ConfigError
+from ..job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobState
+from ..outcomes import Outcome
+from .base import Broker, QueueStats, RecordBatch, Stats, refusal, unique_key_taken
+from .sqlfiles import JOB_COLUMNS, Migration, Query, Value, load_migrations, load_queries
+from .wakeups import Subscribers
+
+T = TypeVar("T")
+Row = Sequence[Any]
+BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+class JobRows:
+    """Builds Jobs from the rows of one statement, reading its columns by name: where each
+    column sits is looked up once, when the statement is loaded, not per row."""
+
+    __slots__ = ("_pick",)
+
+    def __init__(self, query: Query) -> None:
+        self._pick = itemgetter(*(query.at[c] for c in JOB_COLUMNS))
+
+    def job(self, row: Row) -> Job:
+        (
+            id_,
+            queue,
+            task,
+            args,
+            kwargs,
+            state,
+            priority,
+            run_at,
+            attempts,
+            max_attempts,
+            unique_key,
+            worker_id,
+            lease_expires_at,
+            enqueued_at,
+            started_at,
+            finished_at,
+            result,
+            last_error,
+        ) = self._pick(row)
+        return Job.from_fields(
+            id=JobId(id_),
+            task=task,
+            queue=queue,
+            state=JobState(state),
+            args=loads(args),
+            kwargs=loads(kwargs),
+            priority=priority,
+            attempts=attempts,
+            max_attempts=max_attempts,
+            run_at=run_at,
+            enqueued_at=enqueued_at,
+            started_at=started_at,
+            finished_at=finished_at,
+            result=loads(result) if result is not None else None,
+            last_error=ErrorInfo.from_dict(loads(last_error)) if last_error else None,
+            unique_key=unique_key,
+            worker_id=worker_id,
+            lease_expires_at=lease_expires_at,
+        )
+
+    def claimed(self, row: Row, token: int) -> ClaimedJob:
+        """A claimed row; an undecodable payload becomes a ``problem`` instead of an
+        exception, so one corrupt row sends one job to dead rather than stopping the claim."""
+        try:
+            job = self.job(row)
+        except (ValueError, TypeError) as exc:
+            fields = dict(zip(JOB_COLUMNS, self._pick(row), strict=True))
+            job = Job.from_fields(
+                id=JobId(fields["id"]),
+                task=fields["task"],
+                queue=fields["queue"],
+                state=JobState(fields["state"]),
+                attempts=fields["attempts"],
+                max_attempts=fields["max_attempts"],
+                run_at=fields["run_at"],
+                enqueued_at=fields["enqueued_at"],
+                priority=fields["priority"],
+            )
+            return ClaimedJob(Claim(job.id, token), job, f"corrupt job row: {exc}")
+        return ClaimedJob(Claim(job.id, token), job)
+
+
+def matched(query: Query, rows: Iterable[Row]) -> set[Claim]:
+    """The claims a batched write matched, from its ``id`` and ``token`` columns.
+
+    Matching by id alone would let a stale claim pass for a live one on the same job."""
+    at_id, at_token = query.at["id"], query.at["token"]
+    return {Claim(JobId(r[at_id]), r[at_token]) for r in rows}
+
+
+def fold_stats(
+    counts: Query, count_rows: Iterable[Row], ages: Query, age_rows: Iterable[Row]
+) -> Stats:
+    """Stats from rows of (queue, shown state, jobs) and (queue, oldest ready age in s)."""
+    queue, shown, jobs = (counts.at[c] for c in ("queue", "shown", "jobs"))
+    per_queue: dict[str, dict[JobState, int]] = {}
+    for row in count_rows:
+        per_queue.setdefault(row[queue], {})[JobState(row[shown])] = int(row[jobs])
+    age_of = {row[ages.at["queue"]]: row[ages.at["age_s"]] for row in age_rows}
+    return Stats(
+        {q: QueueStats(c, max(0.0, float(age_of.get(q) or 0.0))) for q, c in per_queue.items()}
+    )
+
+
+class UrlOptions:
+    """A broker URL's own options (its query parameters), read with errors that name the
+    URL (``shown``: with any password hidden) and the option."""
+
+    def __init__(self, kind: str, shown: str, values: Mapping[str, str]) -> None:
+        self.kind, self.shown, self.values = kind, shown, values
+
+    def error(self, detail: str) -> ConfigError:
+        return ConfigError(f"invalid {self.kind} URL {self.shown!r}: {detail}")
+
+    def only(self, known: Iterable[str]) -> None:
+        unknown = set(self.values) - set(known)
+        if unknown:
+            raise self.error(f"unknown option(s) {', '.join(sorted(unknown))}")
+
+    def number(
+        self,
+        name: str,
+        default: T,
+        cast: Callable[[str], T],
+        *,
+        least: float | None = None,
+        above: float | None = None,
+    ) -> T:
+        raw = self.values.get(name)
+        if raw is None:
+            return default
+        try:
+            value = cast(raw)
+        except ValueError:
+            raise self.error(f"{name} must be a number, not {raw!r}") from None
+        if least is not None and value < least:  # type: ignore[operator]
+            raise self.error(f"{name} must be at least {least:g}")
+        if above is not None and not value > above:  # type: ignore[operator]
+            raise self.error(f"{name} must be above {above:g}")
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        raw = self.values.get(name)
+        if raw is None:
+            return default
+        value = BOOLEANS.get(raw.lower())
+        if value is None:
+            raise self.error(f"{name} must be true or false")
+        return value
+
+    def choice(self, name: str, default: str, choices: Sequence[str]) -> str:
+        value = self.values.get(name, default).lower()
+        if value not in choices:
+            raise self.error(f"{name} must be one of {', '.join(choices)}")
+        return value
+
+
+class SQLBroker(Broker):
+    """A broker over SQL storage: the shared shape of the SQLite and PostgreSQL brokers.
+
+    A dialect sets ``dialect`` (its folder under sql/), loads its queries with
+    ``_load_queries`` and supplies: ``_write_record`` (the batched writes of ``record``),
+    ``_apply_one`` (one operator action), the migration hooks, and ``_ring_others``.
+    """
+
+    dialect: ClassVar[str]
+    unique_violation: ClassVar[tuple[type[Exception], ...]] = ()  # errors of a unique index
+
+    _queries: dict[str, Query]
+    _jobs: dict[str, JobRows]  # per query that returns job rows
+    _subscribers: Subscribers
+    migrations_applied: list[int]
+
+    def _load_queries(self, values: Mapping[str, Value]) -> None:
+        self._queries = load_queries(self.dialect, values)
+        self._jobs = {
+            name: JobRows(query)
+            for name, query in self._queries.items()
+            if set(JOB_COLUMNS) <= set(query.columns)
+        }
+
+    # ---- wake-ups ------------------------------------------------------------------------
+    def _announce(self) -> None:
+        """After a commit that makes work claimable (an enqueue, a retry due later, a
+        release, a recovery, a revive): wake this process's subscribers, and others."""
+        self._subscribers.notify_local()
+        self._ring_others()
+
+    def _ring_others(self) -> None:
+        """Wake other processes, for a dialect that cannot do so in the write's own SQL."""
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        return self._subscribers.add(callback)
+
+    # ---- record --------------------------------------------------------------------------
+    def record(self, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> list[Claim]:
+        batch = RecordBatch.of(started, outcomes)
+        if not batch.claims:
+            return []
+        lost = self._write_record(batch)
+        if batch.retries:  # due later: sleeping workers recompute their next wake-up
+            self._announce()
+        return lost
+
+    @abstractmethod
+    def _write_record(self, batch: RecordBatch) -> list[Claim]:
+        """One transaction, one statement per non-empty group; returns the lost claims."""
+
+    # ---- operator actions ----------------------------------------------------------------
+    def cancel(self, job_id: int) -> Job:
+        return self._operator_action(Event.CANCEL, job_id)
+
+    def retry(self, job_id: int) -> Job:
+        try:
+            job = self._operator_action(Event.REVIVE, job_id)
+        except self.unique_violation:
+            raise unique_key_taken(job_id) from None
+        self._announce()
+        return job
+
+    def _operator_action(self, event: Event, job_id: int) -> Job:
+        query = "cancel" if event is Event.CANCEL else "revive"
+        row, current = self._apply_one(query, job_id)
+        if row is None:
+            raise refusal(event, job_id, current)
+        return self._jobs[query].job(row)
+
+    @abstractmethod
+    def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:
+        """Run an operator action's statement on one job in one transaction: its row, or
+        None and the job's current state (None too when there is no such job)."""
+
+    # ---- migrations ----------------------------------------------------------------------
+    def _migrations(self) -> list[Migration]:
+        return load_migrations(self.dialect, self._migration_values())
+
+    def _migration_values(self) -> Mapping[str, Value]:
+        return {}
+
+    def migrate(self) -> list[int]:
+        """Apply pending numbered migrations in one transaction; returns those applied.
+
+        An up-to-date schema costs one read and no lock; otherwise the dialect locks out
+        other migrators and the version is read again under that lock."""
+        migrations = self._migrations()
+        latest = max((m.version for m in migrations), default=0)
+        applied: list[int] = []
+        with self._migration_transaction() as conn:
+            if self._schema_version(conn) < latest:
+                self._prepare_migration(conn)
+                current = self._schema_version(conn)
+                for migration in migrations:
+                    if migration.version <= current:
+                        continue
+                    for statement in migration.statements:
+                        conn.execute(statement)
+                    conn.execute(
+                        self._queries["record_migration"],
+                        {"version": migration.version, "name": migration.name, "now": time.time()},
+                    )
+                    applied.append(migration.version)
+        self.migrations_applied.extend(applied)
+        return applied
+
+    def _schema_version(self, conn: Any) -> int:
+        """The schema's migration version: 0 while its version table is missing."""
+        found = conn.execute(self._queries["version_table_exists"]).fetchone()
+        if not found[self._queries["version_table_exists"].at["found"]]:
+            return 0
+        query = self._queries["schema_version"]
+        return int(conn.execute(query).fetchone()[query.at["version"]])
+
+    def _versions(self) -> tuple[int, int]:
+        """(the schema's version, the latest this code knows), read without migrating."""
+        latest = max((m.version for m in self._migrations()), default=0)
+        with self._migration_transaction() as conn:
+            return self._schema_version(conn), latest
+
+    @abstractmethod
+    def _migration_transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """A connection in one transaction, for migrations."""
+
+    @abstractmethod
+    def _prepare_migration(self, conn: Any) -> None:
+        """Lock out other migrators and create the version table (and what it needs)."""
