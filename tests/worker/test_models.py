@@ -2,7 +2,8 @@
 
 async: N coroutines at once on one loop, timeouts cancel, a loop-blocking task is named
 in a warning and cannot stop heartbeats. thread: a soft timeout keeps the slot busy until
-the thread returns. process: results come back from children, children recycle after
+the thread returns (also shown on the thread executor alone: the failure is reported
+once, with the slot still busy, then the real return frees it). process: results come back from children, children recycle after
 ``max_jobs_per_child`` jobs and above ``max_memory_mb``. A task whose kind does not fit
 its pool's model is a ConfigError at ``Worker()`` naming task and pool. ``current_job()``
 works in every model.
@@ -27,7 +28,11 @@ from sg_harness import all_in, wait_for
 from sluicegate import App, Job, JobState
 from sluicegate.context import current_job
 from sluicegate.errors import ConfigError
+from sluicegate.job import Claim, ClaimedJob, JobId
+from sluicegate.outcomes import Buried, Report, Retried, Succeeded
 from sluicegate.worker import PoolSpec, Worker
+from sluicegate.worker.executors import Executor, WorkItem
+from sluicegate.worker.models import MODELS, PoolContext
 
 Drain = Callable[..., Worker]
 RunWorker = Callable[..., Worker]
@@ -219,6 +224,127 @@ def test_thread_soft_timeout_keeps_the_slot_busy_until_the_thread_returns(
     assert app.get_job(waiting.id).result == "quick"
     wait_for(lambda: worker.busy == 0)
     assert app.get_job(job.id) == dead
+
+
+# ---- the thread model's soft timeout, on its own: a real thread, no worker loop ----------------
+
+
+class Reports:
+    """What a thread executor reports, in order: (item, report, slot_free)."""
+
+    def __init__(self) -> None:
+        self.started: list[WorkItem] = []
+        self.done: list[tuple[WorkItem, Report, bool]] = []
+        self.changed = threading.Condition()
+
+    def on_start(self, item: WorkItem) -> None:
+        self.started.append(item)
+
+    def on_done(self, item: WorkItem, report: Report, slot_free: bool) -> None:
+        with self.changed:
+            self.done.append((item, report, slot_free))
+            self.changed.notify_all()
+
+    def wait(self, count: int, timeout: float = 10) -> None:
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self.done) >= count, timeout), self.done
+
+
+def claimed_job(task: str, attempts: int = 1, max_attempts: int = 1) -> ClaimedJob:
+    job = Job.from_fields(
+        id=JobId(7),
+        task=task,
+        queue="q",
+        state=JobState.RUNNING,
+        args=[],
+        kwargs={},
+        attempts=attempts,
+        max_attempts=max_attempts,
+    )
+    return ClaimedJob(Claim(job.id, 1), job)
+
+
+@pytest.fixture
+def thread_executor(app: App) -> Iterator[Callable[[], tuple[Executor[Any], Reports]]]:
+    """Start a one-slot thread executor that reports to a Reports; stopped at teardown."""
+    started: list[Executor[Any]] = []
+
+    def start() -> tuple[Executor[Any], Reports]:
+        context = PoolContext(lambda: "unused:app", 1024, app.broker)
+        executor = MODELS["thread"].executor("thr", 1, {}, context)
+        reports = Reports()
+        executor.start(reports.on_start, reports.on_done)
+        started.append(executor)
+        return executor, reports
+
+    yield start
+    for executor in started:
+        executor.stop()
+
+
+def test_thread_timeout_reports_the_failure_once_and_keeps_the_slot_busy(
+    app: App,
+    gate: threading.Event,
+    thread_executor: Callable[[], tuple[Executor[Any], Reports]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @app.task(queue="q", timeout=0.2, max_attempts=1)
+    def stubborn() -> str:
+        gate.wait(30)
+        return "late"
+
+    caplog.set_level(logging.WARNING, logger="sluicegate.worker")
+    executor, reports = thread_executor()
+    item = MODELS["thread"].work_item(stubborn, claimed_job("stubborn"))
+    began = time.monotonic()
+    executor.submit(item)
+
+    reports.wait(1)
+    assert time.monotonic() - began >= 0.2
+    timed_out_item, outcome, slot_free = reports.done[0]
+    assert (timed_out_item, slot_free) == (item, False)  # decided, but the slot stays busy
+    assert isinstance(outcome, Buried)
+    assert (outcome.error.type, outcome.error.message) == ("TimeoutError", "timed out after 0.2 s")
+    assert "job 7 (stubborn) timed out after 0.2 s" in caplog.text
+
+    time.sleep(0.3)  # an absence: the timeout is reported once, not at every look
+    assert len(reports.done) == 1
+
+    gate.set()  # the function really returns: the slot is free; its late result is the
+    reports.wait(2)  # worker's to ignore
+    assert reports.done[1][0] is item and reports.done[1][2] is True
+    assert isinstance(reports.done[1][1], Succeeded)
+    assert caplog.text.count("timed out") == 1
+
+
+def test_thread_timeout_retries_with_the_tasks_policy(
+    app: App, gate: threading.Event, thread_executor: Callable[[], tuple[Executor[Any], Reports]]
+) -> None:
+    @app.task(queue="q", timeout=0.05, max_attempts=3, backoff_base=0)
+    def stubborn() -> None:
+        gate.wait(30)
+
+    executor, reports = thread_executor()
+    executor.submit(MODELS["thread"].work_item(stubborn, claimed_job("stubborn", 1, 3)))
+    reports.wait(1)
+    outcome = reports.done[0][1]
+    assert isinstance(outcome, Retried) and outcome.error.type == "TimeoutError"
+
+
+def test_thread_job_done_in_time_reports_once_with_its_slot_free(
+    app: App, thread_executor: Callable[[], tuple[Executor[Any], Reports]]
+) -> None:
+    @app.task(queue="q", timeout=0.2)
+    def quick() -> str:
+        return "ok"
+
+    executor, reports = thread_executor()
+    item = MODELS["thread"].work_item(quick, claimed_job("quick"))
+    executor.submit(item)
+    reports.wait(1)
+    time.sleep(0.4)  # past the deadline: nothing more is reported
+    assert [(i, type(r), free) for i, r, free in reports.done] == [(item, Succeeded, True)]
+    assert reports.started == [item]
 
 
 # ---- process model -----------------------------------------------------------------------------

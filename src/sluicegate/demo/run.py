@@ -28,6 +28,7 @@ from rich.text import Text
 from ..app import App
 from ..job import Job, JobState
 from ..worker import Worker
+from ..worker.models import get_model
 from .measure import RunResult, class_stats
 from .scenario import CLASSES, Arrival, Layout
 
@@ -121,7 +122,7 @@ def _enqueue_warm_ups(app: App, layout: Layout) -> list[Job]:
     that its first claim takes them all and hands each to a distinct idle child."""
     jobs: list[Job] = []
     for pool in layout.pools:
-        if pool.model == "process":
+        if get_model(pool.model).child_processes:
             jobs += [app.enqueue("warm_up", queue=pool.queues[0]) for _ in range(pool.slots)]
     return jobs
 

@@ -1,34 +1,64 @@
 """Pool specs and the per-pool slot budget.
 
 A pool is a named budget of N slots over one or more queues with a concurrency
-model. It claims only as many jobs as it has free slots, so waiting work stays in
+model (a key of ``models.MODELS``) and that model's options. It claims only as many jobs as it has free slots, so waiting work stays in
 the broker where any other worker can take it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ConfigError
 from ..job import Claim, ClaimedJob
 from ..names import check_name
+from .models import ConcurrencyModel, get_model, validate_model_options
 
-MODELS = ("thread", "async", "process")
 MAX_SLOTS = 10_000
 SPEC_FORMAT = "NAME=QUEUE[*WEIGHT][,QUEUE[*WEIGHT]...]:SLOTS[:MODEL]"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class PoolSpec:
     name: str
     queues: tuple[str, ...]
     slots: int
-    model: str = "thread"
-    max_jobs_per_child: int = 1000  # process model: recycle a child after this many jobs
-    max_memory_mb: float | None = None  # process model: recycle above, and hard cap, per child
-    weights: tuple[int, ...] | None = None  # per queue; None: one claim order over all queues
+    model: str
+    weights: tuple[int, ...] | None  # per queue; None: one claim order over all queues
+    options: dict[str, Any] = field(hash=False)  # the model's options, checked and defaulted
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        name: str,
+        queues: tuple[str, ...],
+        slots: int,
+        model: str = "thread",
+        max_jobs_per_child: int | None = None,
+        max_memory_mb: float | None = None,
+        weights: tuple[int, ...] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``max_jobs_per_child`` and ``max_memory_mb`` are the process model's options,
+        also accepted as arguments of their own (applied to models that declare them,
+        ignored by others); ``options`` holds any model's options by name."""
+        set_ = object.__setattr__
+        set_(self, "name", name)
+        set_(self, "queues", queues)
+        set_(self, "slots", slots)
+        set_(self, "model", model)
+        set_(self, "weights", weights)
+        self._check()
+        named = {"max_jobs_per_child": max_jobs_per_child, "max_memory_mb": max_memory_mb}
+        declared = {option.name for option in get_model(model).options}
+        given = {k: v for k, v in named.items() if v is not None and k in declared}
+        try:
+            set_(self, "options", validate_model_options(model, {**given, **(options or {})}))
+        except ConfigError as exc:
+            raise ConfigError(f"pool {self.name!r}: {exc}") from None
+
+    def _check(self) -> None:
         check_name("pool", self.name)
         if not self.queues:
             raise ConfigError(f"pool {self.name!r} has no queues")
@@ -42,10 +72,10 @@ class PoolSpec:
             len(self.weights) != len(self.queues) or any(w < 1 for w in self.weights)
         ):
             raise ConfigError(f"pool {self.name!r}: one weight >= 1 per queue")
-        if self.model not in MODELS:
-            raise ConfigError(
-                f"pool {self.name!r}: unknown model {self.model!r} (available: {', '.join(MODELS)})"
-            )
+        try:
+            get_model(self.model)
+        except ConfigError as exc:
+            raise ConfigError(f"pool {self.name!r}: {exc}") from None
 
 
 DEFAULT_POOL = PoolSpec("default", ("default",), 10)
@@ -93,9 +123,13 @@ class PoolState:
     """Runtime bookkeeping of one pool: which claims occupy its slots."""
 
     spec: PoolSpec
+    model: type[ConcurrencyModel] = field(init=False)  # the class spec.model names
     busy: dict[Claim, ClaimedJob] = field(default_factory=dict)
     maybe_more: bool = True  # a wake-up arrived, or the last claim came back full
     backlog: bool = False  # the last claim was full: claim again without probing first
+
+    def __post_init__(self) -> None:
+        self.model = get_model(self.spec.model)
 
     @property
     def free(self) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from .models import get_model
 from .pool import PoolSpec
 
 if TYPE_CHECKING:
@@ -19,15 +20,7 @@ if TYPE_CHECKING:
 
 def model_mismatch(task: Task[Any, Any], model: str) -> str | None:
     """Why ``task`` cannot run in a pool of ``model``, or None when it can."""
-    if task.is_coroutine and model != "async":
-        return f"task {task.name!r} is a coroutine function; it needs an async pool, not {model}"
-    if not task.is_coroutine and model == "async":
-        return (
-            f"task {task.name!r} is a plain function; an async pool runs coroutine functions only"
-        )
-    if task.options.transactional and model != "thread":
-        return f"task {task.name!r} is transactional; transactional tasks run in thread pools"
-    return None
+    return get_model(model).refuses(task)
 
 
 def pools_for(task: Task[Any, Any], pools: list[PoolSpec]) -> list[PoolSpec]:

@@ -1,24 +1,21 @@
 """Run one claimed job and turn what happened into an Outcome value.
 
-Pure apart from calling the task: the retry decision comes from retry.decide.
+Pure apart from calling the task (and, for a transactional task, its store): the retry
+decision comes from retry.failure. Shared by the models' executors and process children.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..brokers import Broker
 from ..codec import encode_result
 from ..context import reset_current, set_current
 from ..errors import LeaseLost
 from ..job import ClaimedJob
 from ..outcomes import Buried, Failed, Outcome, Report, Settled, Succeeded
 from ..retry import RetryPolicy, error_info, failure, plain_error
-from .executors import WorkItem
-
-if TYPE_CHECKING:
-    from ..task import Task
+from .transactional import TransactionalStore
 
 
 def run_job(fn: Any, policy: RetryPolicy, claimed: ClaimedJob, result_limit: int) -> Outcome:
@@ -34,7 +31,7 @@ def run_job(fn: Any, policy: RetryPolicy, claimed: ClaimedJob, result_limit: int
 
 
 def run_transactional(
-    fn: Any, policy: RetryPolicy, claimed: ClaimedJob, result_limit: int, broker: Broker
+    fn: Any, policy: RetryPolicy, claimed: ClaimedJob, result_limit: int, store: TransactionalStore
 ) -> Report:
     """Run a transactional task: its writes and the ack commit in one transaction.
 
@@ -45,9 +42,9 @@ def run_transactional(
     job = claimed.job
     token = set_current(job)
     try:
-        with broker.transaction() as conn:
+        with store.transaction() as conn:
             value = fn(*job.args, connection=conn, **job.kwargs)
-            broker.ack_on(conn, claimed.claim, encode_result(value, result_limit))
+            store.ack_on(conn, claimed.claim, encode_result(value, result_limit))
         return Settled(claimed.claim)
     except LeaseLost:
         return Settled(claimed.claim, lease_lost=True)
@@ -82,25 +79,6 @@ def failed(policy: RetryPolicy, claimed: ClaimedJob, exc: BaseException) -> Fail
     """An attempt that raised: retried with backoff, or dead, by the task's policy."""
     job = claimed.job
     return failure(policy, claimed.claim, job.attempts, job.max_attempts, error_info(exc), exc)
-
-
-def make_work(
-    task: Task[Any, Any], claimed: ClaimedJob, model: str, result_limit: int, broker: Broker
-) -> WorkItem:
-    """The work item for one job, in the form its pool's model runs it (a process pool's
-    child looks the task up itself and needs only the job, the timeout and the policy)."""
-    fn, policy, timeout = task.fn, task.options.retry, task.options.timeout
-    if model == "async":
-        return WorkItem(
-            claimed, arun=lambda: run_job_async(fn, policy, claimed, result_limit, timeout)
-        )
-    if task.options.transactional:
-        return WorkItem(
-            claimed, lambda: run_transactional(fn, policy, claimed, result_limit, broker)
-        )
-    if model == "thread":
-        return WorkItem(claimed, lambda: run_job(fn, policy, claimed, result_limit))
-    return WorkItem(claimed, timeout=timeout, policy=policy)
 
 
 def timed_out(policy: RetryPolicy, claimed: ClaimedJob, seconds: float) -> Failed:

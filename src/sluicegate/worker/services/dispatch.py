@@ -1,27 +1,27 @@
 """The dispatcher: hands claimed jobs to their pool's executor and collects what comes back.
 
-All that depends on a pool's concurrency model is here: how executors are built,
-how a job becomes a work item, and the thread model's soft timeout (async and
-process executors enforce their own).
+What a job needs from its pool's concurrency model is asked of the model class
+(``pool.model``): the executor, whether it runs the task, the work item. Each model
+enforces its own timeout; a thread job's soft timeout arrives as an outcome reported
+with its slot still busy.
 """
 
 from __future__ import annotations
 
 import collections
-import logging
-import time
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...brokers import Broker
 from ...job import Claim, ClaimedJob
 from ...loading import app_path
 from ...outcomes import Report, Settled
-from ..executors import Executor, WorkItem, make_executor
-from ..pool import PoolSpec, PoolState
-from ..routing import model_mismatch
-from ..runner import make_work, refused, timed_out
+from ..executors import Executor, WorkItem
+from ..models import PoolContext
+from ..pool import PoolState
+from ..runner import refused
 from .base import Counters, Service
 from .leases import LeaseKeeper
 from .results import ResultWriter
@@ -29,20 +29,17 @@ from .results import ResultWriter
 if TYPE_CHECKING:
     from ...app import App
 
-log = logging.getLogger("sluicegate.worker")
-
 
 @dataclass(slots=True)
 class InFlight:
     pool: PoolState
     claimed: ClaimedJob
-    deadline: float | None = None
     abandoned: bool = False  # timed out or lease lost: the thread's outcome is ignored
 
 
 class Dispatcher(Service):
     """Due when a job finished (its slot frees, its outcome goes to the result writer)
-    or a thread job's soft timeout passed."""
+    or timed out while its code runs on (the outcome goes, the slot stays busy)."""
 
     uses_broker = False
 
@@ -67,18 +64,16 @@ class Dispatcher(Service):
         self.counters = counters or Counters()
         self.wake = wake  # wakes the loop (called from executor threads)
         self.inflight: dict[Claim, InFlight] = {}
-        self._executors: dict[str, Executor] = {}
-        self._done: collections.deque[tuple[WorkItem, Report]] = collections.deque()
+        self._executors: dict[str, Executor[Any]] = {}
+        self._done: collections.deque[tuple[WorkItem, Report, bool]] = collections.deque()
 
     # ---- executors -------------------------------------------------------------------
     def start(self) -> None:
+        # The app's import path is looked up only if a model asks for it (process children).
+        context = PoolContext(functools.partial(app_path, self.app), self.result_limit, self.broker)
         for pool in self.pools:
-            executor = make_executor(
-                pool.spec.model,
-                pool.spec.name,
-                pool.spec.slots,
-                **self._executor_options(pool.spec),
-            )
+            spec = pool.spec
+            executor = pool.model.executor(spec.name, spec.slots, spec.options, context)
             executor.start(self._on_start, self._on_done)
             self._executors[pool.spec.name] = executor
 
@@ -86,22 +81,12 @@ class Dispatcher(Service):
         for executor in self._executors.values():
             executor.stop()
 
-    def _executor_options(self, spec: PoolSpec) -> dict[str, object]:
-        if spec.model == "process":
-            return {
-                "app_path": app_path(self.app),
-                "max_jobs_per_child": spec.max_jobs_per_child,
-                "max_memory_mb": spec.max_memory_mb,
-                "result_limit": self.result_limit,
-            }
-        return {}
-
     def _on_start(self, item: WorkItem) -> None:  # any thread
         self.results.started(item.claimed.claim)
         self.wake()
 
-    def _on_done(self, item: WorkItem, outcome: Report) -> None:  # any thread
-        self._done.append((item, outcome))
+    def _on_done(self, item: WorkItem, outcome: Report, slot_free: bool) -> None:  # any thread
+        self._done.append((item, outcome, slot_free))
         self.wake()
 
     # ---- in and out ------------------------------------------------------------------
@@ -116,60 +101,41 @@ class Dispatcher(Service):
             kind = "CorruptJob" if claimed.problem else "UnknownTask"
             self.results.add(refused(claimed, kind, reason))
             return
-        model = pool.spec.model
-        mismatch = model_mismatch(task, model)
+        mismatch = pool.model.refuses(task)
         if mismatch is not None:  # routed here by a per-enqueue queue override
             self.results.add(
                 refused(claimed, "WrongPoolModel", f"{mismatch} (pool {pool.spec.name!r})")
             )
             return
-        timeout = task.options.timeout
-        # Thread timeouts are soft and kept here; async and process executors enforce their own.
-        soft = time.monotonic() + timeout if timeout and model == "thread" else None
-        self.inflight[claim] = InFlight(pool, claimed, soft)
+        self.inflight[claim] = InFlight(pool, claimed)
         pool.busy[claim] = claimed
-        item = make_work(task, claimed, model, self.result_limit, self.broker)
-        self._executors[pool.spec.name].submit(item)
+        self._executors[pool.spec.name].submit(pool.model.work_item(task, claimed))
 
     def due_in(self, now: float) -> float | None:
-        if self._done:
-            return 0.0
-        return self._nearest_deadline(now)
+        return 0.0 if self._done else None
 
     def run(self, now: float) -> None:
         self.collect(now)
 
     def collect(self, now: float) -> None:
-        """Free the slots of finished jobs and queue their outcomes; enforce soft timeouts."""
+        """Free the slots of finished jobs and queue their outcomes. An outcome reported with
+        its slot still busy is a soft timeout: the slot stays busy until the code returns."""
         while self._done:
-            item, outcome = self._done.popleft()
-            flight = self.inflight.pop(item.claimed.claim, None)
+            item, outcome, slot_free = self._done.popleft()
+            claim = item.claimed.claim
+            flight = self.inflight.pop(claim, None) if slot_free else self.inflight.get(claim)
             if flight is None:
                 continue
-            flight.pool.busy.pop(item.claimed.claim, None)
+            if slot_free:
+                flight.pool.busy.pop(claim, None)
             if isinstance(outcome, Settled):
                 self.results.settled(outcome)
             elif not flight.abandoned:
                 self.results.add(outcome)
-        for claim, flight in self.inflight.items():
-            if flight.deadline is not None and not flight.abandoned and now >= flight.deadline:
-                flight.abandoned = True  # the slot stays busy until the thread really returns
-                task = self.app.tasks.get(flight.claimed.job.task)
-                timeout = task.options.timeout if task and task.options.timeout else 0.0
-                policy = task.options.retry if task else None
-                if policy is not None:
-                    self.results.add(timed_out(policy, flight.claimed, timeout))
+                if not slot_free:
                     self.counters.timed_out += 1
-                    log.warning(
-                        "job %s (%s) timed out after %g s",
-                        claim.job_id,
-                        flight.claimed.job.task,
-                        timeout,
-                    )
-
-    def _nearest_deadline(self, now: float) -> float | None:
-        deadlines = [f.deadline for f in self.inflight.values() if f.deadline and not f.abandoned]
-        return max(0.0, min(deadlines) - now) if deadlines else None
+            if not slot_free:
+                flight.abandoned = True  # the code's late return is not an outcome
 
     # ---- what is in flight -----------------------------------------------------------
     def abandon(self, claim: Claim) -> None:

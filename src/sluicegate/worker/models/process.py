@@ -1,6 +1,6 @@
 """The process model: prefork children, one per slot, for CPU-bound work.
 
-The parent does all broker I/O; a child only runs tasks. Messages are JSON over a pipe
+It runs plain functions, and no transactional tasks (a child has no broker). The parent does all broker I/O; a child only runs tasks. Messages are JSON over a pipe
 (nothing is pickled). A child's death (exception exit, ``os._exit``, a segfault, the
 OOM killer) fails that attempt with the exit code or signal and the child is
 replaced. ``timeout`` is hard: the child is killed. Children are recycled after
@@ -21,15 +21,20 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..codec import DEFAULT_PAYLOAD_LIMIT, dumps, loads
-from ..job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobState
-from ..outcomes import Buried, Outcome, Report, Retried, Succeeded
-from ..retry import RetryPolicy, failure, plain_error
-from .executors import DoneCallback, StartCallback, WorkItem
+from ...codec import DEFAULT_PAYLOAD_LIMIT, dumps, loads
+from ...job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobState
+from ...outcomes import Buried, Outcome, Report, Retried, Succeeded
+from ...retry import RetryPolicy, failure, plain_error
+from ..executors import DoneCallback, StartCallback, WorkItem
+from .base import ConcurrencyModel, ModelOption, PoolContext, needs_async_pool, needs_thread_pool
+
+if TYPE_CHECKING:
+    from ...task import Task
 
 log = logging.getLogger("sluicegate.worker")
 _ctx = multiprocessing.get_context("spawn")
@@ -68,8 +73,8 @@ def child_main(
 
         limit = int(max_memory_mb * 1024 * 1024)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    from ..loading import load_app
-    from .runner import run_job
+    from ...loading import load_app
+    from ..runner import run_job
 
     app = load_app(app_path)
     conn.send_bytes(b'"ready"')  # only now does the parent hand it work (and start clocks)
@@ -82,10 +87,15 @@ def child_main(
         if request is None:
             return
         job = Job.from_fields(
-            id=JobId(request["id"]), task=request["task"], queue=request["queue"],
-            state=JobState.RUNNING, args=request["args"], kwargs=request["kwargs"],
-            attempts=request["attempts"], max_attempts=request["max_attempts"],
-        )  # fmt: skip
+            id=JobId(request["id"]),
+            task=request["task"],
+            queue=request["queue"],
+            state=JobState.RUNNING,
+            args=request["args"],
+            kwargs=request["kwargs"],
+            attempts=request["attempts"],
+            max_attempts=request["max_attempts"],
+        )
         claimed = ClaimedJob(Claim(job.id, request["token"]), job)
         task = app.tasks[job.task]
         outcome = run_job(task.fn, task.options.retry, claimed, result_limit)
@@ -98,13 +108,22 @@ def child_main(
         conn.send_bytes(dumps(reply).encode())
 
 
+@dataclass(frozen=True, slots=True)
+class ProcessItem(WorkItem):
+    """A child looks the task up itself; the parent needs its timeout and, for a failure
+    decided here (a dead or killed child), its retry policy."""
+
+    policy: RetryPolicy
+    timeout: float | None
+
+
 @dataclass(slots=True)
 class Child:
     process: Any  # multiprocessing.Process from the spawn context
     conn: Connection
     jobs_done: int = 0
     ready: bool = False  # has imported the app; work (and its timeout clock) waits for this
-    item: WorkItem | None = None
+    item: ProcessItem | None = None
     deadline: float | None = None
 
 
@@ -122,9 +141,14 @@ def death_reason(exitcode: int | None) -> str:
 
 class ProcessExecutor:
     def __init__(
-        self, name: str, slots: int, app_path: str, max_jobs_per_child: int = 1000,
-        max_memory_mb: float | None = None, result_limit: int = DEFAULT_PAYLOAD_LIMIT,
-    ) -> None:  # fmt: skip
+        self,
+        name: str,
+        slots: int,
+        app_path: str,
+        max_jobs_per_child: int = 1000,
+        max_memory_mb: float | None = None,
+        result_limit: int = DEFAULT_PAYLOAD_LIMIT,
+    ) -> None:
         self.name = name
         self.slots = slots
         self.app_path = app_path
@@ -132,7 +156,7 @@ class ProcessExecutor:
         self.max_memory_mb = max_memory_mb
         self.result_limit = result_limit
         self._children: list[Child] = []
-        self._waiting: collections.deque[WorkItem] = collections.deque()
+        self._waiting: collections.deque[ProcessItem] = collections.deque()
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._wake_r, self._wake_w = _ctx.Pipe(duplex=False)
@@ -151,9 +175,11 @@ class ProcessExecutor:
     def _spawn(self) -> Child:
         parent_end, child_end = _ctx.Pipe()
         process = _ctx.Process(
-            target=child_main, args=(self.app_path, child_end, self.max_memory_mb, self.result_limit),
-            name=f"sluicegate-{self.name}", daemon=True,
-        )  # fmt: skip
+            target=child_main,
+            args=(self.app_path, child_end, self.max_memory_mb, self.result_limit),
+            name=f"sluicegate-{self.name}",
+            daemon=True,
+        )
         process.start()
         child_end.close()
         return Child(process, parent_end)
@@ -176,7 +202,7 @@ class ProcessExecutor:
         child.conn.close()
 
     # ---- work ------------------------------------------------------------------------
-    def submit(self, item: WorkItem) -> None:
+    def submit(self, item: ProcessItem) -> None:
         with self._lock:
             self._waiting.append(item)
             self._assign()
@@ -192,10 +218,15 @@ class ProcessExecutor:
             item = self._waiting.popleft()
             job = item.claimed.job
             request = {
-                "id": job.id, "task": job.task, "queue": job.queue, "args": job.args,
-                "kwargs": job.kwargs, "attempts": job.attempts, "max_attempts": job.max_attempts,
+                "id": job.id,
+                "task": job.task,
+                "queue": job.queue,
+                "args": job.args,
+                "kwargs": job.kwargs,
+                "attempts": job.attempts,
+                "max_attempts": job.max_attempts,
                 "token": item.claimed.claim.token,
-            }  # fmt: skip
+            }
             child.item = item
             child.deadline = time.monotonic() + item.timeout if item.timeout else None
             assert self._on_start is not None
@@ -262,7 +293,7 @@ class ProcessExecutor:
             with self._lock:
                 self._assign()
 
-    def _outcome(self, item: WorkItem, reply: dict[str, Any]) -> Outcome:
+    def _outcome(self, item: ProcessItem, reply: dict[str, Any]) -> Outcome:
         claim = item.claimed.claim
         if reply["ok"]:
             return Succeeded(claim, reply["result"])
@@ -290,11 +321,11 @@ class ProcessExecutor:
         item = child.item
         if item is not None:
             job = item.claimed.job
-            policy = item.policy or RetryPolicy()
             error = plain_error(kind, reason)
-            self._finish(
-                item, failure(policy, item.claimed.claim, job.attempts, job.max_attempts, error)
+            outcome = failure(
+                item.policy, item.claimed.claim, job.attempts, job.max_attempts, error
             )
+            self._finish(item, outcome)
             log.warning("pool %s: job %s (%s) failed: %s", self.name, job.id, job.task, reason)
         if child.process.is_alive():
             self._end(child)
@@ -311,6 +342,42 @@ class ProcessExecutor:
             self._children.append(fresh)
             self._assign()
 
-    def _finish(self, item: WorkItem, report: Report) -> None:
+    def _finish(self, item: ProcessItem, report: Report) -> None:
         assert self._on_done is not None
-        self._on_done(item, report)
+        self._on_done(item, report, True)
+
+
+class ProcessModel(ConcurrencyModel):
+    name = "process"
+    child_processes = True
+    options = (
+        ModelOption("max_jobs_per_child", int, 1, 1000, "recycle a child after this many jobs"),
+        ModelOption(
+            "max_memory_mb",
+            float,
+            1,
+            None,
+            "recycle a child above 80% of this; also its address-space limit",
+        ),
+    )
+
+    @classmethod
+    def refuses(cls, task: Task[Any, Any]) -> str | None:
+        return needs_async_pool(task, cls.name) or needs_thread_pool(task)
+
+    @classmethod
+    def executor(
+        cls, name: str, slots: int, options: Mapping[str, Any], context: PoolContext
+    ) -> ProcessExecutor:
+        return ProcessExecutor(
+            name,
+            slots,
+            context.app_path(),
+            max_jobs_per_child=options["max_jobs_per_child"],
+            max_memory_mb=options["max_memory_mb"],
+            result_limit=context.result_limit,
+        )
+
+    @classmethod
+    def work_item(cls, task: Task[Any, Any], claimed: ClaimedJob) -> ProcessItem:
+        return ProcessItem(claimed, task.options.retry, task.options.timeout)

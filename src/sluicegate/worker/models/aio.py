@@ -1,6 +1,7 @@
 """The async model: one event loop, in its own thread, running N coroutine tasks at once.
 
-A task's ``timeout`` cancels its coroutine. A task that blocks the loop (a sync call
+It runs coroutine functions only, and no transactional tasks. A task's ``timeout``
+cancels its coroutine. A task that blocks the loop (a sync call
 inside a coroutine) is reported by a watchdog that names it; it cannot stop the
 worker's heartbeats, which run on the main thread.
 """
@@ -13,9 +14,19 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from ..outcomes import Report
-from .executors import DoneCallback, StartCallback, WorkItem
+from ...job import ClaimedJob
+from ...outcomes import Report
+from ...retry import RetryPolicy
+from ..executors import DoneCallback, StartCallback, WorkItem
+from ..runner import run_job_async
+from .base import ConcurrencyModel, PoolContext, needs_thread_pool
+
+if TYPE_CHECKING:
+    from ...task import Task
 
 log = logging.getLogger("sluicegate.worker")
 
@@ -23,10 +34,20 @@ TICK = 0.05  # how often the loop proves it is alive
 BLOCKED_AFTER = 0.5  # seconds without a tick before a blocked loop is reported
 
 
+@dataclass(frozen=True, slots=True)
+class AsyncItem(WorkItem):
+    fn: Callable[..., Coroutine[Any, Any, Any]]
+    policy: RetryPolicy
+    timeout: float | None
+
+
 class AsyncExecutor:
-    def __init__(self, name: str, slots: int, blocked_after: float = BLOCKED_AFTER) -> None:
+    def __init__(
+        self, name: str, slots: int, result_limit: int, blocked_after: float = BLOCKED_AFTER
+    ) -> None:
         self.name = name
         self.slots = slots
+        self.result_limit = result_limit
         self.blocked_after = blocked_after
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -39,7 +60,7 @@ class AsyncExecutor:
         self._stop = threading.Event()
         # Submitted items wait here for the loop: one wake-up of the loop thread per batch
         # the dispatcher hands over, not one per job.
-        self._inbox: collections.deque[WorkItem] = collections.deque()
+        self._inbox: collections.deque[AsyncItem] = collections.deque()
         self._inbox_lock = threading.Lock()
         self._inbox_scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
@@ -68,7 +89,7 @@ class AsyncExecutor:
         if not self._stop.is_set():
             self.loop.call_later(TICK, self._tick)
 
-    def submit(self, item: WorkItem) -> None:
+    def submit(self, item: AsyncItem) -> None:
         with self._inbox_lock:
             self._inbox.append(item)
             if self._inbox_scheduled:
@@ -85,11 +106,13 @@ class AsyncExecutor:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, item: WorkItem) -> None:
-        assert self._on_start is not None and self._on_done is not None and item.arun is not None
+    async def _run(self, item: AsyncItem) -> None:
+        assert self._on_start is not None and self._on_done is not None
         self._on_start(item)
-        report: Report = await item.arun()
-        self._on_done(item, report)
+        report: Report = await run_job_async(
+            item.fn, item.policy, item.claimed, self.result_limit, item.timeout
+        )
+        self._on_done(item, report, True)
 
     def _watch(self) -> None:
         """Report a loop that stopped ticking, naming the task whose code is on its stack."""
@@ -105,8 +128,10 @@ class AsyncExecutor:
                 log.warning(
                     "pool %s: task %r blocked the event loop for %.1f s (a sync call in a "
                     "coroutine?); other async jobs in this pool are stalled",
-                    self.name, culprit, stalled,
-                )  # fmt: skip
+                    self.name,
+                    culprit,
+                    stalled,
+                )
 
     def _blocking_task(self) -> str | None:
         """The task of the job whose coroutine is on the loop thread's stack, if any: the
@@ -125,3 +150,27 @@ class AsyncExecutor:
 
 
 _RUN_CODE = AsyncExecutor._run.__code__  # the frame that runs one job's coroutine
+
+
+class AsyncModel(ConcurrencyModel):
+    name = "async"
+
+    @classmethod
+    def refuses(cls, task: Task[Any, Any]) -> str | None:
+        if not task.is_coroutine:
+            return (
+                f"task {task.name!r} is a plain function; "
+                "an async pool runs coroutine functions only"
+            )
+        return needs_thread_pool(task)
+
+    @classmethod
+    def executor(
+        cls, name: str, slots: int, options: Mapping[str, Any], context: PoolContext
+    ) -> AsyncExecutor:
+        return AsyncExecutor(name, slots, context.result_limit)
+
+    @classmethod
+    def work_item(cls, task: Task[Any, Any], claimed: ClaimedJob) -> AsyncItem:
+        o = task.options
+        return AsyncItem(claimed, task.fn, o.retry, o.timeout)

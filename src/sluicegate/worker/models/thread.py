@@ -1,0 +1,159 @@
+"""The thread model: N long-lived threads per pool, for blocking I/O and transactional tasks.
+
+Timeouts are soft: a Python thread cannot be killed. At the deadline the attempt is
+reported failed (``TimeoutError``) while its slot stays busy; when the function really
+returns, the slot is freed and what it returned is ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...job import ClaimedJob
+from ...outcomes import Report
+from ...retry import RetryPolicy
+from ..executors import DoneCallback, StartCallback, WorkItem
+from ..runner import run_job, run_transactional, timed_out
+from ..transactional import TransactionalStore
+from .base import ConcurrencyModel, PoolContext, needs_async_pool
+
+if TYPE_CHECKING:
+    from ...task import Task
+
+log = logging.getLogger("sluicegate.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadItem(WorkItem):
+    fn: Callable[..., Any]
+    policy: RetryPolicy
+    timeout: float | None
+    transactional: bool  # gets connection=; its writes and the ack commit together
+
+
+class ThreadExecutor:
+    """N daemon threads fed by one queue (no per-job thread set-up), and one more that
+    fails attempts at their deadline."""
+
+    def __init__(self, name: str, slots: int, result_limit: int, store: TransactionalStore) -> None:
+        self.name = name
+        self.slots = slots
+        self.result_limit = result_limit
+        self.store = store
+        self._queue: queue.SimpleQueue[ThreadItem | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        # Per slot: the running item that has a deadline, and that deadline (None: none, or
+        # already reported). Guarded by _clock, which the timeout thread waits on.
+        self._timed: list[ThreadItem | None] = [None] * slots
+        self._deadlines: list[float | None] = [None] * slots
+        self._clock = threading.Condition()
+        self._wakes_at = float("inf")  # when the timeout thread looks next
+        self._stopped = False
+
+    def start(self, on_start: StartCallback, on_done: DoneCallback) -> None:
+        for index in range(self.slots):
+            thread = threading.Thread(
+                target=self._serve,
+                args=(index, on_start, on_done),
+                name=f"sluicegate-{self.name}-{index}",
+                daemon=True,
+            )
+            thread.start()
+            self._threads.append(thread)
+        threading.Thread(
+            target=self._time_out,
+            args=(on_done,),
+            name=f"sluicegate-{self.name}-timeouts",
+            daemon=True,
+        ).start()
+
+    def submit(self, item: ThreadItem) -> None:
+        self._queue.put(item)
+
+    def stop(self) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        with self._clock:
+            self._stopped = True
+            self._clock.notify()
+
+    def _serve(self, index: int, on_start: StartCallback, on_done: DoneCallback) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            on_start(item)
+            if item.timeout is None:
+                on_done(item, self._run(item), True)
+                continue
+            deadline = time.monotonic() + item.timeout
+            with self._clock:
+                self._timed[index], self._deadlines[index] = item, deadline
+                if deadline < self._wakes_at:
+                    self._clock.notify()
+            report = self._run(item)
+            with self._clock:  # after this, the timeout thread cannot report this item
+                self._timed[index] = self._deadlines[index] = None
+            on_done(item, report, True)
+
+    def _run(self, item: ThreadItem) -> Report:
+        if item.transactional:
+            return run_transactional(
+                item.fn, item.policy, item.claimed, self.result_limit, self.store
+            )
+        return run_job(item.fn, item.policy, item.claimed, self.result_limit)
+
+    def _time_out(self, on_done: DoneCallback) -> None:
+        """Report each attempt past its deadline as failed, once; its slot stays busy (the
+        report says so) until its thread returns and reports again."""
+        with self._clock:
+            while not self._stopped:
+                now = time.monotonic()
+                self._wakes_at = float("inf")
+                for index, deadline in enumerate(self._deadlines):
+                    if deadline is None:
+                        continue
+                    item = self._timed[index]
+                    if deadline <= now and item is not None:
+                        self._deadlines[index] = None
+                        log.warning(
+                            "job %s (%s) timed out after %g s",
+                            item.claimed.claim.job_id,
+                            item.claimed.job.task,
+                            item.timeout,
+                        )
+                        # Reported with the lock held, so the late return's report (which
+                        # frees the slot) can only come after this one.
+                        on_done(item, self._timed_out(item), False)
+                    else:
+                        self._wakes_at = min(self._wakes_at, deadline)
+                self._clock.wait(None if self._wakes_at == float("inf") else self._wakes_at - now)
+
+    @staticmethod
+    def _timed_out(item: ThreadItem) -> Report:
+        return timed_out(item.policy, item.claimed, item.timeout or 0.0)
+
+
+class ThreadModel(ConcurrencyModel):
+    name = "thread"
+
+    @classmethod
+    def refuses(cls, task: Task[Any, Any]) -> str | None:
+        return needs_async_pool(task, cls.name)
+
+    @classmethod
+    def executor(
+        cls, name: str, slots: int, options: Mapping[str, Any], context: PoolContext
+    ) -> ThreadExecutor:
+        return ThreadExecutor(name, slots, context.result_limit, context.store)
+
+    @classmethod
+    def work_item(cls, task: Task[Any, Any], claimed: ClaimedJob) -> ThreadItem:
+        o = task.options
+        return ThreadItem(claimed, task.fn, o.retry, o.timeout, o.transactional)
