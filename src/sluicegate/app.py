@@ -24,7 +24,7 @@ from .task import (
 )
 
 if TYPE_CHECKING:
-    from .config import Settings
+    from .settings_file import TaskSettings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,7 +62,7 @@ class App:
         self._broker = broker if isinstance(broker, Broker) else None
         self._lock = threading.Lock()
         self._config = config
-        self._settings: Settings | None = None  # set once the overrides are applied
+        self._settings: TaskSettings | None = None  # set once the overrides are applied
         self._config_lock = threading.Lock()
         self.payload_limit = payload_limit
         self.tasks: dict[str, Task[Any, Any]] = {}
@@ -108,7 +108,7 @@ class App:
                 )
             self._config = config
 
-    def configure(self) -> Settings:
+    def configure(self) -> TaskSettings:
         """Read the settings file (once) and apply its ``[tasks.NAME]`` overrides to the
         registered tasks; an override naming no task of the app is an error naming file and
         key. The first enqueue calls this; ``sluicegate worker`` and ``sluicegate tasks``
@@ -116,15 +116,15 @@ class App:
         settings = self._settings
         if settings is not None:
             return settings
-        from .config import Settings, apply_overrides, load_settings  # it needs PoolSpec
+        from .settings_file import TaskSettings, apply_overrides, read_task_settings
 
         with self._config_lock:
             if self._settings is None:
                 config = self._config
                 if config is False:
-                    found = Settings()
+                    found = TaskSettings()
                 else:
-                    found = load_settings(None if config is None else os.fspath(config))
+                    found = read_task_settings(None if config is None else os.fspath(config))
                 apply_overrides(self, found)
                 self._settings = found
             return self._settings
@@ -162,7 +162,7 @@ class App:
                 raise ConfigError(f"task {task_name!r} is registered twice")
             self.tasks[task_name] = task
             if self._settings is not None:  # registered after configure(): its override now
-                from .config import apply_override
+                from .settings_file import apply_override
 
                 apply_override(task, self._settings)
             return task

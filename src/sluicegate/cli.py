@@ -20,7 +20,7 @@ from rich.table import Table
 
 from .app import BROKER_ENV, App, default_broker_url
 from .brokers.base import DAY, Retention
-from .config import Settings
+from .config import Settings, load_settings
 from .errors import ConfigError, InvalidTransition, JobNotFound, SerializationError, SluicegateError
 from .job import Job, JobState
 from .loading import load_app
@@ -93,7 +93,8 @@ def load_configured_app(app_target: str, config_path: str | None) -> tuple[App, 
     app = load_app(app_target)
     if config_path is not None:
         app.use_config(config_path)
-    return app, app.configure()
+    applied = app.configure()  # the file the app read: the worker's settings come from it too
+    return app, load_settings(applied.path) if applied.path is not None else Settings()
 
 
 def parse_json(option: str, text: str | None, kind: type) -> Any:

@@ -50,7 +50,13 @@ priority = -2
 """
 
 EXPECTED_POOLS = [
-    PoolSpec("transcode", ("transcode", "thumbnails"), 4, "process", 200, 512),
+    PoolSpec(
+        "transcode",
+        ("transcode", "thumbnails"),
+        4,
+        "process",
+        options={"max_jobs_per_child": 200, "max_memory_mb": 512},
+    ),
     PoolSpec("email", ("email", "reports"), 3, "async", weights=(3, 1)),
     PoolSpec("index", ("index",), 2, "thread"),
 ]
@@ -166,6 +172,11 @@ ERRORS = [
     ),
     ("[pools.x]\nslots = 1\nmax_jobs_per_child = 0", "pools.x.max_jobs_per_child", ">= 1"),
     ('[pools.x]\nslots = 1\nmax_memory_mb = "lots"', "pools.x.max_memory_mb", "must be a number"),
+    (
+        "[pools.x]\nslots = 1\nmax_jobs_per_child = 5",
+        "pools.x.max_jobs_per_child",
+        "unknown option (thread pools have no options)",
+    ),
     ('[pools."no spaces"]\nslots = 1', "pools.no spaces", "invalid pool name"),
     ("tasks = 5", "tasks", "must be a table"),
     ("[tasks]\nt = 5", "tasks.t", "must be a table"),

@@ -171,12 +171,12 @@ def test_pool_spec_checks_its_model_and_options() -> None:
         parse_pool_spec("p=q:1:fibers")
 
 
-def test_pool_spec_options_by_name_or_in_the_mapping() -> None:
-    spec = PoolSpec("p", ("q",), 1, "process", 200, 512)
-    assert spec.options == {"max_jobs_per_child": 200, "max_memory_mb": 512}
-    assert spec == PoolSpec(
+def test_pool_spec_options_are_the_models_own() -> None:
+    spec = PoolSpec(
         "p", ("q",), 1, "process", options={"max_jobs_per_child": 200, "max_memory_mb": 512}
     )
+    assert spec.options == {"max_jobs_per_child": 200, "max_memory_mb": 512}
     assert PoolSpec("p", ("q",), 1, "process").options["max_jobs_per_child"] == 1000
-    # Named process options are ignored by models without them (as config files pass them).
-    assert PoolSpec("p", ("q",), 1, "thread", max_jobs_per_child=1000).options == {}
+    # An option the pool's model does not declare is refused, naming pool and option.
+    with pytest.raises(ConfigError, match=r"pool 'p'.*'max_jobs_per_child'.*thread pools"):
+        PoolSpec("p", ("q",), 1, "thread", options={"max_jobs_per_child": 1000})

@@ -373,7 +373,7 @@ def drain_poisonapp(app: App) -> Iterator[Callable[..., Worker]]:
 
 
 def process_pool(slots: int, **options: Any) -> PoolSpec:
-    return PoolSpec("proc", ("proc",), slots, "process", **options)
+    return PoolSpec("proc", ("proc",), slots, "process", options=options)
 
 
 def enqueue(app: App, task: str, *args: Any) -> Job:

@@ -35,14 +35,11 @@ class PoolSpec:
         queues: tuple[str, ...],
         slots: int,
         model: str = "thread",
-        max_jobs_per_child: int | None = None,
-        max_memory_mb: float | None = None,
         weights: tuple[int, ...] | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> None:
-        """``max_jobs_per_child`` and ``max_memory_mb`` are the process model's options,
-        also accepted as arguments of their own (applied to models that declare them,
-        ignored by others); ``options`` holds any model's options by name."""
+        """``options``: the model's own options by name (e.g. the process model's
+        ``max_jobs_per_child``), checked against what the model declares."""
         set_ = object.__setattr__
         set_(self, "name", name)
         set_(self, "queues", queues)
@@ -50,11 +47,8 @@ class PoolSpec:
         set_(self, "model", model)
         set_(self, "weights", weights)
         self._check()
-        named = {"max_jobs_per_child": max_jobs_per_child, "max_memory_mb": max_memory_mb}
-        declared = {option.name for option in get_model(model).options}
-        given = {k: v for k, v in named.items() if v is not None and k in declared}
         try:
-            set_(self, "options", validate_model_options(model, {**given, **(options or {})}))
+            set_(self, "options", validate_model_options(model, options or {}))
         except ConfigError as exc:
             raise ConfigError(f"pool {self.name!r}: {exc}") from None
 

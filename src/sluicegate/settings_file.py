@@ -1,0 +1,152 @@
+"""The settings file: where it is, typed reading of its tables, and its ``[tasks.NAME]``
+overrides: the part an ``App`` (a producer as much as a worker) needs.
+
+``config.py`` reads the rest of the same file for the worker (pools, lease, ...). Kept
+apart so that the app, which every process imports, depends on nothing of the worker.
+Every error names the file, the key and what is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Set
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from .errors import ConfigError
+from .task import TASK_OPTION_NAMES, TaskOptions, TaskOptionsDict
+
+if TYPE_CHECKING:
+    from .app import App
+    from .task import Task
+
+DEFAULT_FILES = ("sluicegate.toml", "pyproject.toml")
+# A [tasks.NAME] table overrides the task options a deployment decides and the worker
+# process applies. Not retry_on and transactional (they belong to the function's code),
+# nor the backoff (process-pool children compute it, and they do not read this file).
+TASK_KEYS = TASK_OPTION_NAMES - {"retry_on", "transactional", "backoff_base", "backoff_max"}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSettings:
+    """The ``[tasks.NAME]`` overrides of one settings file. ``source`` names it in messages
+    (e.g. ``pyproject.toml [tool.sluicegate]``); ``path`` is the file, None when there is
+    none."""
+
+    source: str | None = None
+    path: str | None = None
+    tasks: dict[str, TaskOptionsDict] = field(default_factory=dict)
+
+
+class TableReader:
+    """Typed access to one TOML table, with errors that say file, key and problem."""
+
+    def __init__(self, path: str, prefix: str, table: Any) -> None:
+        self.path, self.prefix = path, prefix
+        if not isinstance(table, dict):
+            raise self.error("", f"must be a table, not {type(table).__name__}")
+        self.table: dict[str, Any] = table
+
+    def error(self, key: str, problem: str) -> ConfigError:
+        where = ".".join(p for p in (self.prefix, key) if p)
+        return ConfigError(f"{self.path}: {where or '(top level)'}: {problem}")
+
+    def only(self, allowed: Set[str]) -> None:
+        for key in self.table:
+            if key not in allowed:
+                raise self.error(key, f"unknown key (expected one of {', '.join(sorted(allowed))})")
+
+    def number(self, key: str, minimum: float = 0.0, integer: bool = False) -> Any:
+        value = self.table.get(key)
+        if value is None:
+            return None
+        kinds = (int,) if integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds) or value < minimum:
+            kind = "an integer" if integer else "a number"
+            raise self.error(key, f"must be {kind} >= {minimum:g}, not {value!r}")
+        return value
+
+    def text(self, key: str) -> str | None:
+        value = self.table.get(key)
+        if value is not None and not isinstance(value, str):
+            raise self.error(key, f"must be a string, not {value!r}")
+        return value
+
+
+def find_config(explicit: str | None) -> tuple[str, str, dict[str, Any]] | None:
+    """The settings table: an explicit file, else ./sluicegate.toml, else pyproject's
+    [tool.sluicegate]; as (source for messages, file path, table), None when there is none."""
+    candidates = [explicit] if explicit else list(DEFAULT_FILES)
+    for name in candidates:
+        path = Path(name)
+        if not path.exists():
+            if explicit:
+                raise ConfigError(f"{name}: config file not found")
+            continue
+        try:
+            data = tomllib.loads(path.read_text("utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{name}: cannot read: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{name}: not valid TOML: {exc}") from None
+        if path.name == "pyproject.toml":
+            table = data.get("tool", {}).get("sluicegate")
+            if table is None:
+                if explicit:
+                    raise ConfigError(f"{name}: no [tool.sluicegate] table")
+                continue
+            return f"{name} [tool.sluicegate]", name, table
+        return name, name, data
+    return None
+
+
+def read_task_settings(explicit: str | None = None) -> TaskSettings:
+    """The task overrides of ``explicit``, else of the default file; empty when none."""
+    found = find_config(explicit)
+    if found is None:
+        return TaskSettings()
+    source, path, data = found
+    return TaskSettings(source, path, task_overrides(source, data))
+
+
+def task_overrides(source: str, data: dict[str, Any]) -> dict[str, TaskOptionsDict]:
+    """Every ``[tasks.NAME]`` table of a settings file's top-level table, checked."""
+    tasks = TableReader(source, "tasks", data.get("tasks", {}))
+    return {name: task_override(source, name, table) for name, table in tasks.table.items()}
+
+
+def task_override(path: str, name: str, table: Any) -> TaskOptionsDict:
+    r = TableReader(path, f"tasks.{name}", table)
+    r.only(TASK_KEYS)
+    for key, value in r.table.items():  # TaskOptions checks; one key at a time, to name it
+        try:
+            TaskOptions(**{key: value})
+        except ConfigError as exc:
+            raise r.error(key, str(exc)) from None
+    return cast(TaskOptionsDict, dict(r.table))
+
+
+def apply_overrides(app: App, settings: TaskSettings) -> None:
+    """Apply ``[tasks.NAME]`` overrides to the app's tasks; each must name one of them.
+
+    ``App.configure`` calls this once, on first use; call that rather than this."""
+    for name in settings.tasks:
+        if name not in app.tasks:
+            known = ", ".join(sorted(app.tasks)) or "none"
+            raise ConfigError(
+                f"{settings.source}: tasks.{name}: no such task in the app (tasks: {known})"
+            )
+    for task in app.tasks.values():
+        apply_override(task, settings)
+
+
+def apply_override(task: Task[Any, Any], settings: TaskSettings) -> None:
+    """Apply the ``[tasks.NAME]`` override of this task, if the settings have one."""
+    override = settings.tasks.get(task.name)
+    if override:
+        try:
+            task.options = dataclasses.replace(task.options, **override)
+        except ConfigError as exc:  # TaskOptions' own checks: add file and key
+            raise ConfigError(f"{settings.source}: tasks.{task.name}: {exc}") from None
