@@ -234,11 +234,16 @@ class MemoryBroker(Broker):
         result = Recovery()
         with self._lock:
             now = self._clock()
-            expired = [
-                j
-                for j in self._jobs.values()
-                if j.state in HELD and j.lease_expires_at is not None and j.lease_expires_at < now
-            ][:limit]
+            expired = sorted(
+                (
+                    j
+                    for j in self._jobs.values()
+                    if j.state in HELD
+                    and j.lease_expires_at is not None
+                    and j.lease_expires_at < now
+                ),
+                key=lambda j: (j.lease_expires_at or 0.0, j.id),  # oldest expiry first
+            )[:limit]
             for job in expired:
                 error = worker_lost_error(job.worker_id)
                 if job.attempts >= job.max_attempts:
@@ -257,7 +262,7 @@ class MemoryBroker(Broker):
                     result.requeued.append(job.id)
         if result.requeued:
             self._subscribers.notify_local()
-        return result
+        return Recovery(requeued=sorted(result.requeued), dead=sorted(result.dead))
 
     # ---- operator actions -------------------------------------------------------
     def _get(self, job_id: int, event: Event) -> Job:

@@ -339,9 +339,11 @@ class SQLiteBroker(SQLBroker):
                 return Recovery()
         with self._write() as conn:
             params = {"now": self._clock(), "limit": limit}
-            dead_at, ready_at = q["recover_dead"].at["id"], q["recover_ready"].at["id"]
-            dead = [JobId(r[dead_at]) for r in conn.execute(q["recover_dead"], params)]
-            requeued = [JobId(r[ready_at]) for r in conn.execute(q["recover_ready"], params)]
+            query = q["recover_expired"]
+            id_at, state_at = query.at["id"], query.at["state"]
+            rows = conn.execute(query, params).fetchall()
+        dead = sorted(JobId(r[id_at]) for r in rows if r[state_at] == JobState.DEAD)
+        requeued = sorted(JobId(r[id_at]) for r in rows if r[state_at] != JobState.DEAD)
         if requeued:
             self._announce()
         return Recovery(requeued=requeued, dead=dead)

@@ -645,6 +645,21 @@ class TestRecovery:
         broker.ack(new.claim, "2")
         assert get(broker, job.id).result == 2
 
+    def test_a_limited_pass_takes_the_oldest_expiries_whatever_their_fate(
+        self, broker: Broker, clock: FakeClock
+    ) -> None:
+        """``limit`` bounds one pass as a whole, oldest expiry first: every broker recovers
+        the same jobs, whether they go back to ready or to dead."""
+        first = put(broker, queue="a", max_attempts=1)  # its lease expires first: dead
+        second = put(broker, queue="b", max_attempts=3)  # then this one: back to ready
+        take(broker, queue="a", lease=5)
+        take(broker, queue="b", lease=10)
+        clock.advance(11)
+        assert broker.recover_expired(limit=1) == Recovery(dead=[first.id])
+        assert get(broker, second.id).state in (S.CLAIMED, S.RUNNING)
+        assert broker.recover_expired(limit=1) == Recovery(requeued=[second.id])
+        assert broker.recover_expired(limit=1) == Recovery()
+
     def test_expired_lease_with_no_attempts_left_is_dead(
         self, broker: Broker, clock: FakeClock
     ) -> None:

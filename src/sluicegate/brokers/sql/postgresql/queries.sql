@@ -251,7 +251,7 @@ RETURNING j.id, c.token, j.queue;
 WITH expired AS (
     SELECT id FROM {schema}.jobs
     WHERE state IN ({held}) AND lease_expires_at < {now}
-    ORDER BY lease_expires_at
+    ORDER BY lease_expires_at, id  -- the same batch on every broker: oldest expiry first
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )

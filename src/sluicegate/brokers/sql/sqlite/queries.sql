@@ -159,28 +159,21 @@ WHERE id = :id AND lease_token = :token AND state IN ({release_from});
 -- columns: found
 SELECT 1 AS found FROM jobs WHERE state IN ({held}) AND lease_expires_at < :now LIMIT 1;
 
--- name: recover_dead
--- columns: id
--- Expired leases with no attempts left; the attempt was charged when claimed.
+-- name: recover_expired
+-- columns: id, state
+-- Expired leases, oldest expiry first (every broker takes the same batch): back to ready
+-- (the attempt charged at the claim stays charged) or dead when attempts are exhausted.
 UPDATE jobs
-SET state = {dead}, finished_at = :now, lease_expires_at = NULL,
-    last_error = json_object('type', 'WorkerLost', 'traceback', '',
-        'message', 'worker lost: lease of worker ' || coalesce(worker_id, '?')
-                   || ' expired without a heartbeat')
-WHERE id IN (SELECT id FROM jobs WHERE state IN ({recover_dead_from})
-             AND lease_expires_at < :now AND attempts >= max_attempts LIMIT :limit)
-RETURNING id;
-
--- name: recover_ready
--- columns: id
-UPDATE jobs
-SET state = {ready}, lease_expires_at = NULL, worker_id = NULL,
+SET state = CASE WHEN attempts >= max_attempts THEN {dead} ELSE {ready} END,
+    finished_at = CASE WHEN attempts >= max_attempts THEN :now ELSE NULL END,
+    worker_id = CASE WHEN attempts >= max_attempts THEN worker_id ELSE NULL END,
+    lease_expires_at = NULL,
     last_error = json_object('type', 'WorkerLost', 'traceback', '',
         'message', 'worker lost: lease of worker ' || coalesce(worker_id, '?')
                    || ' expired without a heartbeat')
 WHERE id IN (SELECT id FROM jobs WHERE state IN ({recover_from}) AND lease_expires_at < :now
-             LIMIT :limit)
-RETURNING id;
+             ORDER BY lease_expires_at, id LIMIT :limit)
+RETURNING id, state;
 
 -- name: cancel
 -- returns: job
