@@ -2,13 +2,17 @@
 
 A broker is one module with a ``Broker`` subclass taking the URL, plus one entry in
 ``BROKERS``. Modules are imported only when their scheme is used, so a broker's
-optional dependencies (psycopg) are needed only by those who use it.
+optional dependencies (psycopg) are needed only by those who use it. A broker of
+another package registers its scheme with an entry point in the group
+``sluicegate.brokers`` (``myscheme = "mypackage.broker:MyBroker"``), which every process
+sees, worker children included.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from importlib.metadata import entry_points
 
 from .base import Broker, QueueStats, Recovery, Retention, Stats
 
@@ -19,13 +23,26 @@ BROKERS: dict[str, str] = {
     "postgresql": ".postgres:PostgresBroker",
 }
 ALIASES = {"postgres": "postgresql"}  # other spellings of a scheme
+ENTRY_POINTS = "sluicegate.brokers"  # other packages' brokers: scheme = "module:Class"
 
 
 def broker_class(scheme: str) -> Callable[[str], Broker]:
     """The broker class registered for ``scheme`` (it takes the URL); KeyError if unknown."""
-    module, _, name = BROKERS[ALIASES.get(scheme, scheme)].partition(":")
-    cls: Callable[[str], Broker] = getattr(importlib.import_module(module, __name__), name)
+    scheme = ALIASES.get(scheme, scheme)
+    if scheme not in BROKERS:
+        found = entry_points(group=ENTRY_POINTS, name=scheme)
+        if not found:
+            raise KeyError(scheme)
+        cls: Callable[[str], Broker] = next(iter(found)).load()
+        return cls
+    module, _, name = BROKERS[scheme].partition(":")
+    cls = getattr(importlib.import_module(module, __name__), name)
     return cls
+
+
+def known_schemes() -> list[str]:
+    """Every scheme a URL may use: this package's, then those of installed packages."""
+    return [*BROKERS, *sorted({e.name for e in entry_points(group=ENTRY_POINTS)} - set(BROKERS))]
 
 
 def broker_from_url(url: str) -> Broker:
@@ -33,12 +50,17 @@ def broker_from_url(url: str) -> Broker:
     from ..errors import ConfigError
 
     scheme, sep, _ = url.partition("://")
-    known = ", ".join(BROKERS)
     if not sep:
+        known = ", ".join(known_schemes())
         raise ConfigError(f"invalid broker URL {url!r}: expected SCHEME://..., one of {known}")
-    if ALIASES.get(scheme, scheme) not in BROKERS:
-        raise ConfigError(f"unknown broker URL scheme {scheme!r} in {url!r}: use one of {known}")
-    return broker_class(scheme)(url)
+    try:
+        cls = broker_class(scheme)
+    except KeyError:
+        known = ", ".join(known_schemes())
+        raise ConfigError(
+            f"unknown broker URL scheme {scheme!r} in {url!r}: use one of {known}"
+        ) from None
+    return cls(url)
 
 
 __all__ = [
@@ -50,4 +72,5 @@ __all__ = [
     "Stats",
     "broker_class",
     "broker_from_url",
+    "known_schemes",
 ]
