@@ -20,6 +20,20 @@ def tuple_rows(conn: Any) -> Any:
     return conn.cursor(row_factory=tuple_row)
 
 
+def spec_params(spec: JobSpec) -> dict[str, Any]:
+    """One job's columns as the single-row inserts name their parameters."""
+    return {
+        "queue": spec.queue,
+        "task": spec.task,
+        "args": spec.args_json,
+        "kwargs": spec.kwargs_json,
+        "priority": spec.priority,
+        "max_attempts": spec.max_attempts,
+        "run_at": spec.run_at,
+        "delay": spec.delay,
+    }
+
+
 class Inserts:
     """The insert half of PostgresBroker (whose enqueue picks one of these)."""
 
@@ -66,35 +80,13 @@ class Inserts:
         return [read(r) for r in rows]
 
     def _insert_one(self, conn: Any, spec: JobSpec) -> Job:
-        params = {
-            "queue": spec.queue,
-            "task": spec.task,
-            "args": spec.args_json,
-            "kwargs": spec.kwargs_json,
-            "priority": spec.priority,
-            "max_attempts": spec.max_attempts,
-            "run_at": spec.run_at,
-            "delay": spec.delay,
-            "now": self._now(),
-            "channel": self.channel,
-        }
+        params = {**spec_params(spec), "now": self._now(), "channel": self.channel}
         row = conn.execute(self._queries["insert_one_notify"], params).fetchone()
         return self._jobs["insert_one_notify"].job(row)
 
     def _insert_unique(self, conn: Any, spec: JobSpec, now: float | None) -> Job:
         q = self._queries
-        params = {
-            "queue": spec.queue,
-            "task": spec.task,
-            "args": spec.args_json,
-            "kwargs": spec.kwargs_json,
-            "priority": spec.priority,
-            "max_attempts": spec.max_attempts,
-            "unique_key": spec.unique_key,
-            "run_at": spec.run_at,
-            "delay": spec.delay,
-            "now": now,
-        }
+        params = {**spec_params(spec), "unique_key": spec.unique_key, "now": now}
         # The holder of the key can finish between our insert and our read: then go again.
         with tuple_rows(conn) as cur:
             for _ in range(5):
