@@ -134,8 +134,9 @@ def load_sqlite(url: str, ready: int, finished: int) -> float:
         t0 = time.time()
         conn.execute("BEGIN")
         if finished:
-            sql = SQLITE_ROWS.format(finished=":t0 + x / 1000.0", result="'null'", token="x",
-                                     worker="'bench-history'")  # fmt: skip
+            sql = SQLITE_ROWS.format(
+                finished=":t0 + x / 1000.0", result="'null'", token="x", worker="'bench-history'"
+            )
             conn.execute(
                 sql, {"n": finished, "state": "succeeded", "t0": t0 - 864000, "attempts": 1}
             )
@@ -191,8 +192,15 @@ def measure(kind: str, args: argparse.Namespace, size: Size, url: str) -> Broker
 
 
 def claim_params(batch: int) -> dict[str, object]:
-    return {"queues": QUEUE, "n": batch, "token": 1, "lease": LEASE, "worker": "explain",
-            "now": None, "promote": True}  # fmt: skip
+    return {
+        "queues": QUEUE,
+        "n": batch,
+        "token": 1,
+        "lease": LEASE,
+        "worker": "explain",
+        "now": None,
+        "promote": True,
+    }
 
 
 def statement_cost(url: str, broker: Broker, batch: int, runs: int = 9) -> tuple[float, int]:
@@ -203,8 +211,8 @@ def statement_cost(url: str, broker: Broker, batch: int, runs: int = 9) -> tuple
     times, buffers = [], []
     with connect(url, autocommit=False) as conn:
         for _ in range(runs):
-            plan = [r[0] for r in conn.execute(
-                "EXPLAIN (ANALYZE, BUFFERS) " + claim_sql, claim_params(batch))]  # fmt: skip
+            cursor = conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + claim_sql, claim_params(batch))
+            plan = [r[0] for r in cursor]
             conn.rollback()
             times.append(float(plan[-1].split(":")[1].split()[0]))  # "Execution Time: 0.5 ms"
             hits = plan[1].strip().removeprefix("Buffers: shared ").split()  # hit=N read=M ...
@@ -257,8 +265,10 @@ def explain(url: str, broker: Broker, batch: int) -> list[str]:
     probe_sql = broker._queries["probe_work"]  # type: ignore[attr-defined]
     with connect(url) as conn:
         conn.execute("SET synchronize_seqscans = off")
-        probe = [r[0] for r in conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS) " + probe_sql, {"queues": QUEUE, "now": None})]  # fmt: skip
+        cursor = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS) " + probe_sql, {"queues": QUEUE, "now": None}
+        )
+        probe = [r[0] for r in cursor]
     lines.append(
         "EXPLAIN (ANALYZE, BUFFERS) of the idle probe (has_work), synchronize_seqscans=off:"
     )
@@ -299,17 +309,38 @@ def held_snapshot(url: str, broker: Broker, count: int, batch: int) -> list[str]
 
 # ---- reporting ----------------------------------------------------------------------
 def report(kind: str, sizes: list[Size], args: argparse.Namespace) -> list[str]:
-    head = ("size", "ready", "succeeded", "load", "probe p50", "probe max", "claim p50",
-            "claim p99", "release p50")  # fmt: skip
+    head = (
+        "size",
+        "ready",
+        "succeeded",
+        "load",
+        "probe p50",
+        "probe max",
+        "claim p50",
+        "claim p99",
+        "release p50",
+    )
     rows = [head] + [
-        (s.label, f"{s.ready:,}", f"{s.finished:,}", f"{s.load_s:.1f} s",
-         ms(s.p50(s.probe)) if s.probe else "-", ms(max(s.probe)) if s.probe else "-",
-         ms(s.p50(s.claim)), ms(percentile(s.claim, 99)), ms(s.p50(s.release)))
+        (
+            s.label,
+            f"{s.ready:,}",
+            f"{s.finished:,}",
+            f"{s.load_s:.1f} s",
+            ms(s.p50(s.probe)) if s.probe else "-",
+            ms(max(s.probe)) if s.probe else "-",
+            ms(s.p50(s.claim)),
+            ms(percentile(s.claim, 99)),
+            ms(s.p50(s.release)),
+        )
         for s in sizes
-    ]  # fmt: skip
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    out = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
-                     enumerate(zip(r, widths, strict=True))) for r in rows]  # fmt: skip
+    out = [
+        "  ".join(
+            c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
     out.insert(1, "  ".join("-" * w for w in widths))
     small, large = sizes
     ratio = large.p50(large.claim) / small.p50(small.claim)
@@ -335,13 +366,18 @@ def run(kind: str, args: argparse.Namespace) -> list[str]:
     extra: list[str] = []
     for size in sizes:
         with fresh_url(kind, args.broker) as url:
-            print(f"[{kind} {size.label}] loading {size.ready:,} ready + {size.finished:,} "
-                  "succeeded jobs ...", flush=True)  # fmt: skip
+            print(
+                f"[{kind} {size.label}] loading {size.ready:,} ready + {size.finished:,} "
+                "succeeded jobs ...",
+                flush=True,
+            )
             broker = measure(kind, args, size, url)
             try:
-                print(f"[{kind} {size.label}] loaded in {size.load_s:.1f} s; claim p50 "
-                      f"{ms(size.p50(size.claim))}, probe p50 {ms(size.p50(size.probe))}",
-                      flush=True)  # fmt: skip
+                print(
+                    f"[{kind} {size.label}] loaded in {size.load_s:.1f} s; claim p50 "
+                    f"{ms(size.p50(size.claim))}, probe p50 {ms(size.p50(size.probe))}",
+                    flush=True,
+                )
                 if kind == "postgresql":
                     size.statement_ms, size.statement_buffers = statement_cost(
                         url, broker, args.batch
@@ -357,23 +393,55 @@ def run(kind: str, args: argparse.Namespace) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="claim latency vs. table size (prints only)")
-    parser.add_argument("--broker", metavar="URL",
-                        help="postgresql://...?schema=NAME: fresh schemas NAME_xxxx, dropped "
-                        "afterwards (without it only SQLite is measured)")  # fmt: skip
-    parser.add_argument("--small", type=int, default=1_000, metavar="N",
-                        help="ready jobs of the small table (default 1000)")  # fmt: skip
-    parser.add_argument("--large", type=int, default=1_000_000, metavar="N",
-                        help="ready jobs, and as many succeeded ones, of the large table "
-                        "(default 1000000)")  # fmt: skip
-    parser.add_argument("--claims", type=int, default=200, metavar="N",
-                        help="timed claim + release cycles per size (default 200)")  # fmt: skip
-    parser.add_argument("--batch", type=int, default=8, metavar="N",
-                        help="jobs per claim (default 8: a pool of 8 free slots)")  # fmt: skip
-    parser.add_argument("--probes", type=int, default=20, metavar="N",
-                        help="timed idle probes (has_work) per size (default 20)")  # fmt: skip
-    parser.add_argument("--held-claims", type=int, default=1000, metavar="N",
-                        help="claim + ack cycles while a snapshot is held elsewhere "
-                        "(PostgreSQL; default 1000, 0 skips)")  # fmt: skip
+    parser.add_argument(
+        "--broker",
+        metavar="URL",
+        help="postgresql://...?schema=NAME: fresh schemas NAME_xxxx, dropped "
+        "afterwards (without it only SQLite is measured)",
+    )
+    parser.add_argument(
+        "--small",
+        type=int,
+        default=1_000,
+        metavar="N",
+        help="ready jobs of the small table (default 1000)",
+    )
+    parser.add_argument(
+        "--large",
+        type=int,
+        default=1_000_000,
+        metavar="N",
+        help="ready jobs, and as many succeeded ones, of the large table (default 1000000)",
+    )
+    parser.add_argument(
+        "--claims",
+        type=int,
+        default=200,
+        metavar="N",
+        help="timed claim + release cycles per size (default 200)",
+    )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=8,
+        metavar="N",
+        help="jobs per claim (default 8: a pool of 8 free slots)",
+    )
+    parser.add_argument(
+        "--probes",
+        type=int,
+        default=20,
+        metavar="N",
+        help="timed idle probes (has_work) per size (default 20)",
+    )
+    parser.add_argument(
+        "--held-claims",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="claim + ack cycles while a snapshot is held elsewhere "
+        "(PostgreSQL; default 1000, 0 skips)",
+    )
     parser.add_argument("--no-sqlite", action="store_true", help="skip the SQLite measurement")
     args = parser.parse_args()
     if args.broker and not is_postgres(args.broker):
@@ -389,13 +457,17 @@ def main() -> None:
     for kind in kinds:
         lines += ["", f"== {kind} ==", *run(kind, args)]
     print()
-    print(f"sluicegate claim scaling: {args.claims} claims of {args.batch} jobs per size "
-          f"(each claim then released), {args.probes} probes")  # fmt: skip
+    print(
+        f"sluicegate claim scaling: {args.claims} claims of {args.batch} jobs per size "
+        f"(each claim then released), {args.probes} probes"
+    )
     print(f"machine: nproc {os.cpu_count()}, SQLite {sqlite3.sqlite_version}")
     if args.broker:
         print(f"server:  {server_info(args.broker)}")
-    print(f"load:    1-min load average {load_before} before, {os.getloadavg()[0]:.2f} after; "
-          f"run took {time.perf_counter() - started:.0f} s")  # fmt: skip
+    print(
+        f"load:    1-min load average {load_before} before, {os.getloadavg()[0]:.2f} after; "
+        f"run took {time.perf_counter() - started:.0f} s"
+    )
     for line in lines:
         print(line)
 

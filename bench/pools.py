@@ -136,8 +136,10 @@ def machine() -> str:
     try:
         commit = subprocess.run(
             ["git", "-C", str(BENCH_DIR), "describe", "--always", "--dirty"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     return (
@@ -178,13 +180,17 @@ class Worker:
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in close()
             prefix="sluicegate-bench-pools-", suffix=".log"
         )
-        cmd = [sys.executable, "-m", "sluicegate.cli", "worker", "pools:app", *pools,
-               "--broker", url, "--no-prune"]  # fmt: skip
+        cmd = [sys.executable, "-m", "sluicegate.cli", "worker", "pools:app", *pools]
+        cmd += ["--broker", url, "--no-prune"]
         path = os.pathsep.join(filter(None, [str(BENCH_DIR), os.environ.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(
-            cmd, cwd=BENCH_DIR, env={**os.environ, "PYTHONPATH": path},
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            cmd,
+            cwd=BENCH_DIR,
+            env={**os.environ, "PYTHONPATH": path},
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 60
         while " started: " not in self.text():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -326,12 +332,27 @@ def print_rows(rows: list[list[str]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=3, metavar="R",
-                        help="runs per measurement; medians are reported (default 3)")  # fmt: skip
-    parser.add_argument("--jobs", type=int, default=10_000, metavar="N",
-                        help="jobs per async and thread measurement (default 10000)")  # fmt: skip
-    parser.add_argument("--cpu-jobs", type=int, default=200, metavar="N",
-                        help="jobs per process measurement (default 200)")  # fmt: skip
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        metavar="R",
+        help="runs per measurement; medians are reported (default 3)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="jobs per async and thread measurement (default 10000)",
+    )
+    parser.add_argument(
+        "--cpu-jobs",
+        type=int,
+        default=200,
+        metavar="N",
+        help="jobs per process measurement (default 200)",
+    )
     args = parser.parse_args()
     if min(args.repeat, args.jobs, args.cpu_jobs) < 1:
         parser.error("--repeat, --jobs and --cpu-jobs must be positive")
@@ -345,14 +366,18 @@ def main() -> None:
     notes: dict[str, dict[str, list[float]]] = {
         k: {"body": [], "busy": [], "share": []} for k in ("async", "thread", "cpu1", "cpu2")
     }
-    aio = repeat(f"async {IO_SLOTS} slots", r,
-                 lambda: measure_io("async", n, notes["async"]), "jobs/s")  # fmt: skip
-    thr = repeat(f"thread {IO_SLOTS} slots", r,
-                 lambda: measure_io("thread", n, notes["thread"]), "jobs/s")  # fmt: skip
-    cpu1 = repeat("process 1 slot", r,
-                  lambda: measure_cpu(1, args.cpu_jobs, rounds, notes["cpu1"]), "jobs/s")  # fmt: skip
-    cpu2 = repeat("process 2 slots", r,
-                  lambda: measure_cpu(2, args.cpu_jobs, rounds, notes["cpu2"]), "jobs/s")  # fmt: skip
+    aio = repeat(
+        f"async {IO_SLOTS} slots", r, lambda: measure_io("async", n, notes["async"]), "jobs/s"
+    )
+    thr = repeat(
+        f"thread {IO_SLOTS} slots", r, lambda: measure_io("thread", n, notes["thread"]), "jobs/s"
+    )
+    cpu1 = repeat(
+        "process 1 slot", r, lambda: measure_cpu(1, args.cpu_jobs, rounds, notes["cpu1"]), "jobs/s"
+    )
+    cpu2 = repeat(
+        "process 2 slots", r, lambda: measure_cpu(2, args.cpu_jobs, rounds, notes["cpu2"]), "jobs/s"
+    )
     iso: dict[tuple[int, str], list[float]] = {}
     for longs in (8, 20):
         for layout, pools in (("shared", SHARED_POOL), ("separate", SEPARATE_POOLS)):
@@ -369,23 +394,38 @@ def main() -> None:
     for model, value, target in (("async", a, 0.85), ("thread", t, 0.75)):
         body = median(notes[model]["body"])
         rows += [
-            row(f"{model}, {n:,} x {SLEEP * 1000:g} ms sleeps, {IO_SLOTS} slots",
-                f"{value:,.0f} jobs/s = {value / BOUND:.0%}", f">= {target:.0%} of {BOUND:,.0f}",
-                value >= target * BOUND),
-            row(f"  true mean job time {body * 1000:.1f} ms: bound {IO_SLOTS / body:,.0f} jobs/s",
-                f"{value * body / IO_SLOTS:.0%} of it"),
-            row("  worker process CPU while draining", f"{median(notes[model]['busy']):.0%} of a core"),
-        ]  # fmt: skip
+            row(
+                f"{model}, {n:,} x {SLEEP * 1000:g} ms sleeps, {IO_SLOTS} slots",
+                f"{value:,.0f} jobs/s = {value / BOUND:.0%}",
+                f">= {target:.0%} of {BOUND:,.0f}",
+                value >= target * BOUND,
+            ),
+            row(
+                f"  true mean job time {body * 1000:.1f} ms: bound {IO_SLOTS / body:,.0f} jobs/s",
+                f"{value * body / IO_SLOTS:.0%} of it",
+            ),
+            row(
+                "  worker process CPU while draining",
+                f"{median(notes[model]['busy']):.0%} of a core",
+            ),
+        ]
     rows += [
-        row(f"process, {args.cpu_jobs} x {rounds * per_round * 1000:.0f} ms CPU, 1 slot",
-            f"{c1:,.1f} jobs/s", f"(bound {1 / (rounds * per_round):.1f})"),
+        row(
+            f"process, {args.cpu_jobs} x {rounds * per_round * 1000:.0f} ms CPU, 1 slot",
+            f"{c1:,.1f} jobs/s",
+            f"(bound {1 / (rounds * per_round):.1f})",
+        ),
         row("  2 slots", f"{c2:,.1f} jobs/s"),
         row("  speed-up, 2 slots over 1", f"{c2 / c1:.2f}x", ">= 1.8x", c2 / c1 >= 1.8),
-        row("  share of a core each job got, 1 slot / 2 slots",
-            f"{median(notes['cpu1']['share']):.0%} / {median(notes['cpu2']['share']):.0%}"),
-        row("  worker process (parent) CPU, 1 slot / 2 slots",
-            f"{median(notes['cpu1']['busy']):.0%} / {median(notes['cpu2']['busy']):.0%}"),
-    ]  # fmt: skip
+        row(
+            "  share of a core each job got, 1 slot / 2 slots",
+            f"{median(notes['cpu1']['share']):.0%} / {median(notes['cpu2']['share']):.0%}",
+        ),
+        row(
+            "  worker process (parent) CPU, 1 slot / 2 slots",
+            f"{median(notes['cpu1']['busy']):.0%} / {median(notes['cpu2']['busy']):.0%}",
+        ),
+    ]
     for longs in (8, 20):
         s, p = median(iso[(longs, "shared")]), median(iso[(longs, "separate")])
         rows += [
@@ -393,9 +433,11 @@ def main() -> None:
             row("  separate long 8 + short 2", f"{p:,.0f} ms"),
         ]
     print_rows(rows)
-    print(f"isolation: {SHORTS} short jobs ({SHORT * 1000:g} ms) arrive evenly over "
-          f"{ARRIVALS:g} s, 0.1 s after the long jobs ({LONG:g} s) were enqueued; 8 long jobs "
-          "leave the shared pool 2 free slots (as many as the separate short pool), 20 fill it")  # fmt: skip
+    print(
+        f"isolation: {SHORTS} short jobs ({SHORT * 1000:g} ms) arrive evenly over "
+        f"{ARRIVALS:g} s, 0.1 s after the long jobs ({LONG:g} s) were enqueued; 8 long jobs "
+        "leave the shared pool 2 free slots (as many as the separate short pool), 20 fill it"
+    )
     print("peer reference figures quoted in the issue (not measured here):")
     for name, figure in PEERS:
         print(f"  {name:<48} {figure}")

@@ -176,17 +176,25 @@ class Worker:
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in close()
             prefix="sluicegate-bench-worker-", suffix=".log"
         )
-        cmd = [sys.executable, "-m", "sluicegate.cli", "worker", "benchapp:app",
-               "--pool", f"default=default:{slots}", "--broker", url]  # fmt: skip
+        cmd = [sys.executable, "-m", "sluicegate.cli", "worker", "benchapp:app"]
+        cmd += ["--pool", f"default=default:{slots}", "--broker", url]
         if burst:
             cmd.append("--burst")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-            str(BENCH_DIR), os.environ.get("PYTHONPATH")]))}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(BENCH_DIR), os.environ.get("PYTHONPATH")])
+            ),
+        }
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
-            cmd, cwd=BENCH_DIR, env=env, stdin=subprocess.DEVNULL,
-            stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            cmd,
+            cwd=BENCH_DIR,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def log_text(self) -> str:
         return Path(self.log.name).read_text(errors="replace")
@@ -403,13 +411,19 @@ def measure_latency_and_idle(
 def git_describe() -> str:
     try:
         head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=BENCH_DIR, capture_output=True,
-            text=True, check=True,
-        ).stdout.strip()  # fmt: skip
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=BENCH_DIR,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "../src"], cwd=BENCH_DIR,
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
+            ["git", "status", "--porcelain", "--", "../src"],
+            cwd=BENCH_DIR,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + (" (src modified)" if dirty else "")
@@ -478,18 +492,25 @@ def table_rows(r: Results, args: argparse.Namespace, kind: str) -> list[Row]:
     p50, p99, pmax = (median(v) * 1000 for v in (r.lat_p50, r.lat_p99, r.lat_max))
     idle = median(r.idle_cpu) * 100
     rows = [
-        target_row("enqueue, one by one (task.enqueue loop)", one, f"{one:,.0f} jobs/s",
-                   "enqueue_one", kind),
-        target_row("enqueue, bulk (task.enqueue_many)", bulk, f"{bulk:,.0f} jobs/s",
-                   "enqueue_bulk", kind),
-    ]  # fmt: skip
+        target_row(
+            "enqueue, one by one (task.enqueue loop)",
+            one,
+            f"{one:,.0f} jobs/s",
+            "enqueue_one",
+            kind,
+        ),
+        target_row(
+            "enqueue, bulk (task.enqueue_many)", bulk, f"{bulk:,.0f} jobs/s", "enqueue_bulk", kind
+        ),
+    ]
     if not r.drain:
         return rows
     rows += [
-        target_row(f"drain, 1 worker x {SLOTS} thread slots", drain, f"{drain:,.0f} jobs/s",
-                   "drain", kind),
+        target_row(
+            f"drain, 1 worker x {SLOTS} thread slots", drain, f"{drain:,.0f} jobs/s", "drain", kind
+        ),
         ("  same, wall incl. interpreter start-up", f"{median(r.drain_wall):,.0f} jobs/s", "", ""),
-    ]  # fmt: skip
+    ]
     if args.workers:
         config = f"{args.workers}x{SLOTS}"
         label = f"drain, {args.workers} workers x {SLOTS} slots (started idle)"
@@ -499,15 +520,16 @@ def table_rows(r: Results, args: argparse.Namespace, kind: str) -> list[Row]:
         label = f"best: {w} worker{'s' if w > 1 else ''} x {s} slots (started idle)"
         rows += warm_rows(r, args.best, label, "best", kind)
     rows += [
-        target_row("worker CPU per 1,000 no-op jobs, net", cpu_net, f"{cpu_net:.3f} s",
-                   "cpu_net", kind),
+        target_row(
+            "worker CPU per 1,000 no-op jobs, net", cpu_net, f"{cpu_net:.3f} s", "cpu_net", kind
+        ),
         (f"  raw (start/exit alone costs {startup:.2f} s)", f"{cpu_raw:.3f} s", "", ""),
         target_row("idle enqueue-to-start, p50", p50, f"{p50:.2f} ms", "latency_p50", kind),
         target_row("  p99", p99, f"{p99:.2f} ms", "latency_p99", kind),
         ("  max", f"{pmax:.2f} ms", "", ""),
         ("  (enqueue call itself, p50)", f"{median(r.enqueue_call_p50) * 1000:.2f} ms", "", ""),
         target_row("idle worker CPU", idle, f"{idle:.2f} % of a core", "idle_cpu", kind),
-    ]  # fmt: skip
+    ]
     return rows
 
 
@@ -537,8 +559,14 @@ def print_search(r: Results, args: argparse.Namespace, broker: str, load_before:
         rate, cpu = median(r.warm[config]), median(r.warm_cpu[config])
         runs = ", ".join(f"{v:,.0f}" for v in r.warm[config])
         w, s = parse_config(config)
-        rows.append((f"{w} worker(s) x {s} slots  ({runs})", f"{rate:,.0f} jobs/s",
-                     f"{cpu:.3f} s CPU / 1,000 jobs", ""))  # fmt: skip
+        rows.append(
+            (
+                f"{w} worker(s) x {s} slots  ({runs})",
+                f"{rate:,.0f} jobs/s",
+                f"{cpu:.3f} s CPU / 1,000 jobs",
+                "",
+            )
+        )
     print_rows(rows, ("configuration  (runs, jobs/s)", "median", "workers' CPU", ""))
     best = max(args.grid, key=lambda c: median(r.warm[c]))
     print(f"best: {best} ({median(r.warm[best]):,.0f} jobs/s); use it with --best {best}")
@@ -641,32 +669,77 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description="sluicegate throughput, latency and CPU benchmark (prints; asserts nothing)"
     )
-    parser.add_argument("--broker", metavar="URL", default=None,
-                        help="broker URL (default: a fresh temporary SQLite file per "
-                        "measurement). postgresql://...?schema=NAME: a fresh schema NAME_xxxx "
-                        "per measurement, dropped afterwards. sqlite:// and memory:// URLs are "
-                        "used as given: use a scratch database")  # fmt: skip
-    parser.add_argument("--jobs", type=int, default=10_000, metavar="N",
-                        help="jobs per enqueue and drain measurement (default 10000)")  # fmt: skip
-    parser.add_argument("--repeat", type=int, default=3, metavar="R",
-                        help="runs per measurement; medians are reported (default 3)")  # fmt: skip
-    parser.add_argument("--workers", type=int, default=4, metavar="W",
-                        help=f"also drain with W worker processes x {SLOTS} slots, started "
-                        "idle (default 4; 0 skips)")  # fmt: skip
-    parser.add_argument("--best", metavar="WxS", default=None,
-                        help="also drain with this configuration, W workers x S slots each "
-                        f"(default for PostgreSQL: {BEST['postgresql']}; 'none' skips)")  # fmt: skip
-    parser.add_argument("--search", action="store_true",
-                        help="only drain once per configuration of --grid (x --repeat) and "
-                        "print the table, to find the best configuration")  # fmt: skip
-    parser.add_argument("--grid", metavar="WxS,...", default=",".join(SEARCH_GRID),
-                        help="configurations for --search (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--latency-jobs", type=int, default=200, metavar="N",
-                        help="jobs per latency run, one at a time (default 200)")  # fmt: skip
-    parser.add_argument("--spacing", type=float, default=20.0, metavar="MS",
-                        help="pause before each latency job, ms (default 20)")  # fmt: skip
-    parser.add_argument("--idle-seconds", type=float, default=5.0, metavar="S",
-                        help="how long idle CPU is sampled (default 5)")  # fmt: skip
+    parser.add_argument(
+        "--broker",
+        metavar="URL",
+        default=None,
+        help="broker URL (default: a fresh temporary SQLite file per "
+        "measurement). postgresql://...?schema=NAME: a fresh schema NAME_xxxx "
+        "per measurement, dropped afterwards. sqlite:// and memory:// URLs are "
+        "used as given: use a scratch database",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="jobs per enqueue and drain measurement (default 10000)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        metavar="R",
+        help="runs per measurement; medians are reported (default 3)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=4,
+        metavar="W",
+        help=f"also drain with W worker processes x {SLOTS} slots, started "
+        "idle (default 4; 0 skips)",
+    )
+    parser.add_argument(
+        "--best",
+        metavar="WxS",
+        default=None,
+        help="also drain with this configuration, W workers x S slots each "
+        f"(default for PostgreSQL: {BEST['postgresql']}; 'none' skips)",
+    )
+    parser.add_argument(
+        "--search",
+        action="store_true",
+        help="only drain once per configuration of --grid (x --repeat) and "
+        "print the table, to find the best configuration",
+    )
+    parser.add_argument(
+        "--grid",
+        metavar="WxS,...",
+        default=",".join(SEARCH_GRID),
+        help="configurations for --search (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--latency-jobs",
+        type=int,
+        default=200,
+        metavar="N",
+        help="jobs per latency run, one at a time (default 200)",
+    )
+    parser.add_argument(
+        "--spacing",
+        type=float,
+        default=20.0,
+        metavar="MS",
+        help="pause before each latency job, ms (default 20)",
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="how long idle CPU is sampled (default 5)",
+    )
     args = parser.parse_args()
     if args.jobs < 1 or args.repeat < 1 or args.latency_jobs < 1 or args.idle_seconds <= 0:
         parser.error("--jobs, --repeat, --latency-jobs and --idle-seconds must be positive")

@@ -1,0 +1,71 @@
+"""The ``sluicegate`` command line (click + rich).
+
+Every command that reaches the broker takes ``--broker URL`` (or SLUICEGATE_BROKER);
+the default is ``sqlite:///sluicegate.db`` in the current folder. Expected failures print one
+line on stderr and exit 2 (bad input) or 1 (e.g. no such job); no tracebacks.
+
+One module per concern: ``common`` (the --broker option, error handling, opening the app,
+JSON arguments, retention options), ``cmd_worker`` (worker, tasks), ``cmd_jobs`` (enqueue,
+jobs ...), ``cmd_ops`` (stats, prune, migrate, demo). This module builds the group.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .cmd_jobs import enqueue, jobs, jobs_cancel, jobs_list, jobs_retry, jobs_show
+from .cmd_ops import demo, migrate, prune, stats
+from .cmd_worker import tasks, worker
+from .common import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    broker_option,
+    fail,
+    friendly_errors,
+    load_configured_app,
+    make_retention,
+    open_app,
+    parse_json,
+    retention_options,
+)
+
+__all__ = [
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "broker_option",
+    "demo",
+    "enqueue",
+    "fail",
+    "friendly_errors",
+    "jobs",
+    "jobs_cancel",
+    "jobs_list",
+    "jobs_retry",
+    "jobs_show",
+    "load_configured_app",
+    "main",
+    "make_retention",
+    "migrate",
+    "open_app",
+    "parse_json",
+    "prune",
+    "retention_options",
+    "stats",
+    "tasks",
+    "worker",
+]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="sluicegate")
+@broker_option
+def main(broker_url: str | None) -> None:
+    """sluicegate: durable job queues and bounded worker pools.
+
+    A queue holds work that may wait; a pool is a concurrency budget that limits
+    the work that runs now, per job class.
+    """
+
+
+for _command in (worker, tasks, enqueue, jobs, stats, prune, migrate, demo):
+    main.add_command(_command)

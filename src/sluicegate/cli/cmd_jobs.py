@@ -1,0 +1,146 @@
+"""Producing and inspecting jobs: `enqueue`, and `jobs list|show|retry|cancel`."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import ConfigError, SerializationError
+from ..job import Job, JobState
+from .common import broker_option, friendly_errors, open_app, parse_json
+
+
+@click.command()
+@click.argument("task")
+@click.option("--args", "args_json", metavar="JSON", help="Positional arguments as a JSON array.")
+@click.option("--kwargs", "kwargs_json", metavar="JSON", help="Keyword arguments as a JSON object.")
+@click.option("--queue", help="Queue (default: the task's queue with --app, else 'default').")
+@click.option("--delay", type=float, help="Seconds to wait before the job is ready.")
+@click.option("--priority", type=int, help="Lower runs first within a queue (default 0).")
+@click.option("--unique-key", help="While a job with this key is unfinished, return it instead.")
+@click.option("--max-attempts", type=int, help="Attempts before the job is dead.")
+@click.option(
+    "--app", "app_target", metavar="MODULE:APP", help="Apply the task's own queue and options."
+)
+@broker_option
+@friendly_errors
+def enqueue(
+    task: str,
+    args_json: str | None,
+    kwargs_json: str | None,
+    queue: str | None,
+    delay: float | None,
+    priority: int | None,
+    unique_key: str | None,
+    max_attempts: int | None,
+    app_target: str | None,
+    broker_url: str | None,
+) -> None:
+    """Enqueue a job for TASK and print its id. Durable when the command returns."""
+    args = parse_json("--args", args_json, list)
+    kwargs = parse_json("--kwargs", kwargs_json, dict)
+    app = open_app(broker_url, app_target)
+    try:
+        job = app.enqueue(
+            task,
+            args,
+            kwargs,
+            queue=queue,
+            delay=delay,
+            priority=priority,
+            unique_key=unique_key,
+            max_attempts=max_attempts,
+        )
+    except SerializationError as exc:
+        raise ConfigError(str(exc)) from None
+    click.echo(job.id)
+
+
+@click.group()
+def jobs() -> None:
+    """List, show, retry and cancel jobs."""
+
+
+def _age(job: Job) -> str:
+    import time
+
+    seconds = max(0.0, time.time() - job.enqueued_at)
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+@jobs.command("list")
+@click.option(
+    "--state", type=click.Choice([s.value for s in JobState]), help="Only jobs in this state."
+)
+@click.option("--queue", help="Only jobs of this queue.")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (one array of jobs).")
+@broker_option
+@friendly_errors
+def jobs_list(
+    state: str | None, queue: str | None, limit: int, as_json: bool, broker_url: str | None
+) -> None:
+    """List jobs, newest first."""
+    app = open_app(broker_url)
+    found = app.broker.list_jobs(JobState(state) if state else None, queue, limit)
+    if as_json:
+        click.echo(json.dumps([j.to_dict() for j in found], indent=2))
+        return
+    table = Table("id", "task", "queue", "state", "attempts", "age", "last error")
+    for job in found:
+        error = str(job.last_error) if job.last_error else ""
+        table.add_row(
+            str(job.id),
+            job.task,
+            job.queue,
+            job.state.value,
+            f"{job.attempts}/{job.max_attempts}",
+            _age(job),
+            error[:60],
+        )
+    Console().print(table)
+
+
+@jobs.command("show")
+@click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+@broker_option
+@friendly_errors
+def jobs_show(job_id: int, as_json: bool, broker_url: str | None) -> None:
+    """Show one job, with its last error and traceback."""
+    job = open_app(broker_url).get_job(job_id)
+    data = job.to_dict()
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    console = Console()
+    for key, value in data.items():
+        if key == "last_error" and value:
+            console.print(f"[bold]last_error[/]: {value['type']}: {value['message']}")
+            if value.get("traceback"):
+                console.print(value["traceback"], markup=False, highlight=False)
+        else:
+            console.print(f"[bold]{key}[/]: {json.dumps(value)}", highlight=False)
+
+
+@jobs.command("retry")
+@click.argument("job_id", type=int)
+@broker_option
+@friendly_errors
+def jobs_retry(job_id: int, broker_url: str | None) -> None:
+    """Bring a dead (or cancelled) job back to ready with a fresh attempt budget."""
+    job = open_app(broker_url).broker.retry(job_id)
+    click.echo(f"job {job.id} is {job.state.value}")
+
+
+@jobs.command("cancel")
+@click.argument("job_id", type=int)
+@broker_option
+@friendly_errors
+def jobs_cancel(job_id: int, broker_url: str | None) -> None:
+    """Cancel a job that has not finished. A running job's outcome is then refused."""
+    job = open_app(broker_url).broker.cancel(job_id)
+    click.echo(f"job {job.id} is {job.state.value}")

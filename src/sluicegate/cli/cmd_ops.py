@@ -1,0 +1,82 @@
+"""Operating the broker: `stats`, `prune`, `migrate`; and the `demo` scenario."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..job import JobState
+from .common import (
+    broker_option,
+    friendly_errors,
+    make_retention,
+    open_app,
+    retention_options,
+)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help='Print JSON: {"queues": {NAME: {...}}}.')
+@broker_option
+@friendly_errors
+def stats(as_json: bool, broker_url: str | None) -> None:
+    """Per-queue counts by state and the age of the oldest ready job."""
+    data = open_app(broker_url).broker.stats().to_dict()
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    states = [s.value for s in JobState]
+    table = Table("queue", *states, "oldest ready (s)")
+    for name, row in data["queues"].items():
+        table.add_row(name, *(str(row[s]) for s in states), f"{row['oldest_ready_age_s']:.1f}")
+    Console().print(table)
+
+
+@click.command()
+@retention_options
+@broker_option
+@friendly_errors
+def prune(
+    keep_succeeded_days: float,
+    keep_dead_days: float,
+    keep_cancelled_days: float,
+    broker_url: str | None,
+) -> None:
+    """Delete finished jobs older than their retention, in small batches; prints the count."""
+    retention = make_retention(keep_succeeded_days, keep_dead_days, keep_cancelled_days)
+    deleted = open_app(broker_url).broker.prune(retention)
+    click.echo(f"pruned {deleted} job(s)")
+
+
+@click.command()
+@broker_option
+@friendly_errors
+def migrate(broker_url: str | None) -> None:
+    """Create or upgrade the broker's schema (numbered migrations; safe to run twice).
+
+    For PostgreSQL deploys whose app role may not run DDL: run this with a role that
+    owns the schema, and give workers and producers URLs with ?migrate=false.
+    """
+    broker = open_app(broker_url).broker
+    applied = broker.migrate() or broker.migrations_applied
+    click.echo(
+        f"applied migration(s): {', '.join(map(str, applied))}"
+        if applied
+        else "schema is up to date"
+    )
+
+
+@click.command()
+@click.option("--quick", is_flag=True, help="A smaller run (fewer jobs), for a fast look.")
+@friendly_errors
+def demo(quick: bool) -> None:
+    """The 09:00 video-platform scenario: one shared pool vs separate budgets per job class.
+
+    Runs on a temporary SQLite file; nothing is left behind.
+    """
+    from ..demo import run_demo
+
+    run_demo(quick=quick)

@@ -1,0 +1,173 @@
+"""Running an app: `worker` (bounded pools over the app's queues) and `tasks` (what a worker
+with those pools would run, and where)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import ConfigError
+from ..worker import Worker, parse_pool_spec
+from ..worker.pool import DEFAULT_POOL, SPEC_FORMAT
+from ..worker.routing import model_mismatch, pools_for
+from .common import (
+    broker_option,
+    friendly_errors,
+    group_broker,
+    load_configured_app,
+    make_retention,
+    open_app,
+    retention_options,
+)
+
+
+@click.command()
+@click.argument("app_target", metavar="MODULE:APP")
+@click.option(
+    "--pool",
+    "pool_specs",
+    multiple=True,
+    metavar="SPEC",
+    help=f"A pool as {SPEC_FORMAT} (repeatable), e.g. email=email:3. "
+    "Default: one pool 'default' of 10 thread slots over queue 'default'.",
+)
+@click.option(
+    "--lease",
+    type=float,
+    default=None,
+    help="Seconds a claim stays valid without a heartbeat (heartbeats every lease/3); "
+    "also how fast a dead worker's jobs come back. [default: 30]",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=float,
+    default=None,
+    help="On SIGTERM/SIGINT, seconds to let running jobs finish before releasing "
+    "them. [default: 30]",
+)
+@click.option(
+    "--config",
+    "config_path",
+    metavar="FILE",
+    help="Settings file (default: the app's, App(config=...): by default ./sluicegate.toml, "
+    "else [tool.sluicegate] in ./pyproject.toml). Flags override it.",
+)
+@click.option("--burst", is_flag=True, help="Exit once the pools' queues have no ready work left.")
+@click.option("--no-prune", is_flag=True, help="Never delete finished jobs from this worker.")
+@retention_options
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+@broker_option
+@friendly_errors
+def worker(
+    app_target: str,
+    pool_specs: tuple[str, ...],
+    lease: float | None,
+    shutdown_timeout: float | None,
+    config_path: str | None,
+    burst: bool,
+    no_prune: bool,
+    keep_succeeded_days: float,
+    keep_dead_days: float,
+    keep_cancelled_days: float,
+    log_level: str,
+    broker_url: str | None,
+) -> None:
+    """Run a worker for MODULE:APP with one or more bounded pools.
+
+    \b
+    Example:
+      sluicegate worker myapp:app --pool transcode=transcode:4 --pool email=email:3
+
+    SIGTERM or SIGINT stops claiming at once, lets running jobs finish within
+    --shutdown-timeout, releases the rest without charging an attempt, and exits 0.
+    A second signal releases at once. Finished jobs past their retention are pruned
+    in the background, in small batches, unless --no-prune.
+    """
+    app, settings = load_configured_app(app_target, config_path)
+    pools = [parse_pool_spec(spec) for spec in pool_specs] or settings.pools or None
+    lease = lease if lease is not None else settings.lease or 30.0
+    shutdown_timeout = (
+        shutdown_timeout if shutdown_timeout is not None else settings.shutdown_timeout
+    )
+    shutdown_timeout = 30.0 if shutdown_timeout is None else shutdown_timeout
+    if lease <= 0:
+        raise ConfigError(f"--lease must be positive, not {lease}")
+    if shutdown_timeout < 0:
+        raise ConfigError(f"--shutdown-timeout must not be negative, not {shutdown_timeout}")
+    logging.basicConfig(
+        level=log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    open_app(broker_url or group_broker() or settings.broker, app)
+    retention = (
+        None
+        if no_prune
+        else make_retention(keep_succeeded_days, keep_dead_days, keep_cancelled_days)
+    )
+    runner = Worker(
+        app, pools, lease=lease, shutdown_timeout=shutdown_timeout, burst=burst, retention=retention
+    )
+    runner.install_signal_handlers()
+    runner.run()
+
+
+@click.command()
+@click.argument("app_target", metavar="MODULE:APP")
+@click.option("--pool", "pool_specs", multiple=True, metavar="SPEC", help="As for `worker`.")
+@click.option("--config", "config_path", metavar="FILE", help="As for `worker`.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@friendly_errors
+def tasks(
+    app_target: str, pool_specs: tuple[str, ...], config_path: str | None, as_json: bool
+) -> None:
+    """List the app's tasks as a worker with these pools would run them: queue, pool,
+    model and options (config overrides applied)."""
+    app, settings = load_configured_app(app_target, config_path)
+    pools = [parse_pool_spec(s) for s in pool_specs] or settings.pools or [DEFAULT_POOL]
+    rows: list[dict[str, Any]] = []
+    for task in sorted(app.tasks.values(), key=lambda t: t.name):
+        served = pools_for(task, pools)
+        o = task.options
+        rows.append(
+            {
+                "task": task.name,
+                "queue": o.queue,
+                "pools": [p.name for p in served],
+                "models": [p.model for p in served],
+                "kind": "coroutine" if task.is_coroutine else "function",
+                "max_attempts": o.max_attempts,
+                "timeout": o.timeout,
+                "priority": o.priority,
+                "transactional": o.transactional,
+                "problem": next((m for p in served if (m := model_mismatch(task, p.model))), None)
+                or (None if served else "no pool serves this queue"),
+            }
+        )
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("task", "queue", "pool", "model", "attempts", "timeout", "priority", "note")
+    for r in rows:
+        table.add_row(
+            r["task"],
+            r["queue"],
+            ",".join(r["pools"]) or "-",
+            ",".join(r["models"]) or "-",
+            str(r["max_attempts"]),
+            f"{r['timeout']:g}s" if r["timeout"] else "-",
+            str(r["priority"]),
+            r["problem"] or ("transactional" if r["transactional"] else ""),
+        )
+    Console().print(table)
