@@ -45,7 +45,7 @@ def test_an_enqueue_in_another_process_rings_a_waiting_subscriber(tmp_path: Path
     fired = threading.Event()
     unsubscribe = watcher.subscribe(fired.set)
     try:
-        assert wait_for(lambda: watcher._bell is not None)
+        assert wait_for(lambda: watcher._watcher.bell is not None)
         fired.clear()
         code = (
             "from sluicegate.brokers.sqlite import SQLiteBroker\n"
@@ -98,9 +98,9 @@ def test_without_a_doorbell_the_watcher_polls_data_version(tmp_path: Path) -> No
     db = tmp_path / "q.db"
     watcher, producer = open_broker(db), open_broker(db)
     for broker in (watcher, producer):  # as where Unix sockets are missing
-        assert broker._doorbell is not None
-        broker._doorbell.close()
-        broker._doorbell = None
+        assert broker._watcher.doorbell is not None
+        broker._watcher.doorbell.close()
+        broker._watcher.doorbell = None
     fired = threading.Event()
     unsubscribe = watcher.subscribe(fired.set)
     try:
@@ -123,13 +123,13 @@ def test_without_a_doorbell_the_watcher_polls_data_version(tmp_path: Path) -> No
 def test_a_writer_that_cannot_ring_is_still_seen_by_a_waiting_process(tmp_path: Path) -> None:
     db = tmp_path / "q.db"
     watcher, silent = open_broker(db), open_broker(db)
-    assert silent._doorbell is not None
-    silent._doorbell.close()
-    silent._doorbell = None  # e.g. an older version, or a path it cannot reach the bells by
+    assert silent._watcher.doorbell is not None
+    silent._watcher.doorbell.close()
+    silent._watcher.doorbell = None  # e.g. an older version, or a path it cannot reach the bells by
     fired = threading.Event()
     unsubscribe = watcher.subscribe(fired.set)
     try:
-        assert wait_for(lambda: watcher._bell is not None)
+        assert wait_for(lambda: watcher._watcher.bell is not None)
         fired.clear()
         silent.enqueue([spec()])
         assert fired.wait(5)  # the data_version check beside the doorbell, within ~0.5 s

@@ -8,7 +8,7 @@ every few milliseconds. Sockets left by processes that died are removed by the n
 
 Where Unix sockets are missing (Windows) or cannot be made there (a read-only folder,
 a path too long for a socket), the process waits by polling instead. Writers that do not
-ring are seen by the broker's slower data_version check (see SQLiteBroker._watch_loop).
+ring are seen by the broker's slower data_version check (``sqlite.watch``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The embedded default broker: one SQLite file in WAL mode, for one machine.
-
-Every write is one ``BEGIN IMMEDIATE`` transaction on a single writer connection per
-process (a Python lock orders this process's writers, so they never spin in SQLite's
-busy handler against each other). Reads for stats and listings use a second
-connection and never take the write lock. Other processes are noticed through
-``PRAGMA data_version``, polled cheaply by one watcher thread.
+"""The SQLite broker's verbs: enqueue, claim, record, heartbeat and release, recovery,
+operator actions, retention and the read side. Each write is one transaction on the
+writer connection (``connections``); a commit that brings work wakes this process's
+subscribers and rings the doorbells of other processes (``watch``).
 """
 
 from __future__ import annotations
@@ -14,42 +11,22 @@ import itertools
 import os
 import secrets
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-from ..codec import dumps, loads
-from ..errors import BrokerUnavailable, ConfigError
-from ..job import Claim, ClaimedJob, Job, JobId, JobSpec, JobState, in_claim_order
-from ..outcomes import Failed
-from .base import RecordBatch, Recovery, Stats
-from .doorbell import Bell, open_doorbell
-from .sqlbase import Row, SQLBroker, UrlOptions, fold_stats, matched
-from .sqlfiles import JOB_COLUMNS
-from .wakeups import Subscribers
-
-SYNC_MODES = ("off", "normal", "full", "extra")
-OPTIONS = ("synchronous", "busy_timeout", "poll_interval")
-
-
-def parse_sqlite_url(url: str) -> tuple[str, dict[str, str]]:
-    """``sqlite:///relative.db`` or ``sqlite:////absolute.db``; options as query parameters."""
-    parts = urlsplit(url)
-    if parts.netloc:
-        raise ConfigError(
-            f"invalid SQLite URL {url!r}: use sqlite:///relative/path.db or sqlite:////abs/path.db"
-        )
-    path = parts.path[1:] if parts.path.startswith("/") else parts.path
-    if not path or path == ":memory:":
-        raise ConfigError(
-            f"invalid SQLite URL {url!r}: a file path is required (use memory:// for an in-memory broker)"
-        )
-    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    UrlOptions("SQLite", url, options).only(OPTIONS)
-    return path, options
+from ...codec import dumps, loads
+from ...errors import ConfigError
+from ...job import Claim, ClaimedJob, Job, JobId, JobSpec, JobState, in_claim_order
+from ...outcomes import Failed
+from ..base import RecordBatch, Recovery, Stats
+from ..doorbell import open_doorbell
+from ..sqlbase import Row, SQLBroker, UrlOptions, fold_stats, matched
+from ..sqlfiles import JOB_COLUMNS
+from ..wakeups import Subscribers
+from .connections import SYNC_MODES, Connections, parse_sqlite_url
+from .watch import Watcher
 
 
 def job_columns(table: str) -> str:
@@ -68,93 +45,31 @@ class SQLiteBroker(SQLBroker):
         if not os.path.isdir(folder):
             raise ConfigError(f"SQLite directory {folder!r} does not exist (from {url!r})")
         options = UrlOptions("SQLite", url, values)
-        self._sync = options.choice("synchronous", "full", SYNC_MODES)
-        self._busy_ms = options.number("busy_timeout", 10_000, int, least=0)
+        sync = options.choice("synchronous", "full", SYNC_MODES)
+        busy_ms = options.number("busy_timeout", 10_000, int, least=0)
         self.poll_interval = options.number("poll_interval", 0.005, float, above=0)
         self._clock = clock
         self._load_queries({"job_columns": job_columns})
         at = self._queries["ready_of_queue"].at
         self._claim_order = itemgetter(at["priority"], at["run_at"], at["id"])
-        self._write_lock = threading.Lock()
-        self._read_lock = threading.Lock()
-        self._writer = self._connect()
+        self._db = Connections(self.path, sync, busy_ms)
         self.migrations_applied: list[int] = []
         self.migrate()
-        self._reader = self._connect()
-        self._doorbell = open_doorbell(self.path)
-        self._bell: Bell | None = None  # this process's, while someone is subscribed
-        self._subscribers = Subscribers(self._watch_loop, self._interrupt_watch)
+        self._db.open_reader()
+        self._watcher = Watcher(open_doorbell(self.path), self.poll_interval, self._db.data_version)
+        self._subscribers = Subscribers(self._watcher.run, self._watcher.interrupt)
 
-    # ---- connections and transactions ------------------------------------
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            conn = sqlite3.connect(
-                self.path,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=self._busy_ms / 1000,
-            )
-            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA synchronous = {self._sync}")
-        except sqlite3.Error as exc:
-            raise BrokerUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from None
-        return conn
-
-    @contextlib.contextmanager
-    def _write(self, relaxed: bool = False) -> Iterator[sqlite3.Connection]:
-        """One BEGIN IMMEDIATE transaction on the writer connection.
-
-        ``relaxed``: a write whose loss in a power cut is harmless (a claim, which is then
-        claimed again and its holder's ack refused; a start, which leaves the job "claimed")
-        commits without its own fsync (synchronous=NORMAL: still synced at checkpoints, and
-        by the next full commit, which syncs the whole WAL)."""
-        with self._write_lock:
-            conn = self._writer
-            relax = relaxed and self._sync in ("full", "extra")
-            if relax:
-                conn.execute("PRAGMA synchronous = NORMAL")
-            try:
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                except sqlite3.OperationalError as exc:
-                    raise BrokerUnavailable(
-                        f"SQLite database {self.path!r} is busy: {exc}"
-                    ) from None
-                try:
-                    yield conn
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                try:
-                    conn.execute("COMMIT")
-                except sqlite3.Error:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-            finally:
-                if relax:
-                    conn.execute(f"PRAGMA synchronous = {self._sync}")
-
-    @contextlib.contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._read_lock:
-            yield self._reader
-
+    # ---- migrations and closing ------------------------------------------
     def _migration_transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return self._write()  # BEGIN IMMEDIATE: other migrators wait for the write lock
+        return self._db.write()  # BEGIN IMMEDIATE: other migrators wait for the write lock
 
     def _prepare_migration(self, conn: sqlite3.Connection) -> None:
         conn.execute(self._queries["create_version_table"])
 
     def close(self) -> None:
         self._subscribers.stop()
-        if self._doorbell is not None:
-            self._doorbell.close()
-        with self._write_lock:
-            self._writer.close()
-        with self._read_lock:
-            self._reader.close()
+        self._watcher.close()
+        self._db.close()
 
     # ---- producer side --------------------------------------------------
     def enqueue(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
@@ -185,7 +100,7 @@ class SQLiteBroker(SQLBroker):
             )
         ids: list[int] = [0] * len(specs)
         existing: dict[int, Job] = {}
-        with self._write() as conn:
+        with self._db.write() as conn:
             # Rows go in in batch order (ids are the claim order's last tie-break); each run
             # of specs without a unique key is one executemany.
             runs = itertools.groupby(range(len(specs)), key=lambda i: specs[i].unique_key is None)
@@ -242,7 +157,7 @@ class SQLiteBroker(SQLBroker):
     ) -> list[ClaimedJob]:
         if n <= 0 or not queues:
             return []
-        with self._write(relaxed=True) as conn:
+        with self._db.write(relaxed=True) as conn:
             return self._claim_in(conn, queues, n, lease, worker_id)
 
     def _claim_in(
@@ -272,21 +187,21 @@ class SQLiteBroker(SQLBroker):
 
     def has_work(self, queues: Sequence[str]) -> bool:
         params = {"queues": dumps(list(queues)), "now": self._clock()}
-        with self._read() as conn:
+        with self._db.read() as conn:
             if conn.execute(self._queries["probe_ready"], params).fetchone():
                 return True
             return conn.execute(self._queries["probe_due"], params).fetchone() is not None
 
     def next_due(self, queues: Sequence[str]) -> float | None:
         query = self._queries["next_scheduled"]
-        with self._read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(query, {"queues": dumps(list(queues))}).fetchone()
         at = row[query.at["run_at"]]
         return None if at is None else max(0.0, at - self._clock())
 
     def _write_record(self, batch: RecordBatch) -> list[Claim]:
         """One statement per kind of write (start, ack, retry, dead) for the whole batch."""
-        with self._write(relaxed=batch.only_starts) as conn:  # see _write
+        with self._db.write(relaxed=batch.only_starts) as conn:  # see Connections.write
             return self._record_in(conn, batch)
 
     def _record_in(self, conn: sqlite3.Connection, batch: RecordBatch) -> list[Claim]:
@@ -324,7 +239,7 @@ class SQLiteBroker(SQLBroker):
             return []
         query = self._queries[name]
         lost = []
-        with self._write() as conn:
+        with self._db.write() as conn:
             now = self._clock()
             for claim in claims:
                 params = {"id": claim.job_id, "token": claim.token, "now": now, **extra}
@@ -334,10 +249,10 @@ class SQLiteBroker(SQLBroker):
 
     def recover_expired(self, limit: int = 1000) -> Recovery:
         q = self._queries
-        with self._read() as conn:
+        with self._db.read() as conn:
             if conn.execute(q["probe_expired"], {"now": self._clock()}).fetchone() is None:
                 return Recovery()
-        with self._write() as conn:
+        with self._db.write() as conn:
             params = {"now": self._clock(), "limit": limit}
             query = q["recover_expired"]
             id_at, state_at = query.at["id"], query.at["state"]
@@ -351,7 +266,7 @@ class SQLiteBroker(SQLBroker):
     # ---- operator actions -------------------------------------------------
     def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:
         get = self._queries["get_job"]
-        with self._write() as conn:
+        with self._db.write() as conn:
             row = conn.execute(
                 self._queries[query], {"id": job_id, "now": self._clock()}
             ).fetchone()
@@ -362,13 +277,13 @@ class SQLiteBroker(SQLBroker):
 
     # ---- retention ------------------------------------------------------------
     def prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
-        with self._write() as conn:
+        with self._db.write() as conn:
             params = {"state": state.value, "cutoff": self._clock() - older_than, "batch": batch}
             return int(conn.execute(self._queries["prune"], params).rowcount)
 
     # ---- read side ----------------------------------------------------------
     def get_job(self, job_id: int) -> Job | None:
-        with self._read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(self._queries["get_job"], {"id": job_id}).fetchone()
         return self._jobs["get_job"].job(row) if row else None
 
@@ -376,13 +291,13 @@ class SQLiteBroker(SQLBroker):
         self, state: JobState | None = None, queue: str | None = None, limit: int = 100
     ) -> list[Job]:
         params = {"state": state.value if state else None, "queue": queue, "limit": limit}
-        with self._read() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(self._queries["list_jobs"], params).fetchall()
         return [self._jobs["list_jobs"].job(r) for r in rows]
 
     def stats(self) -> Stats:
         counts, ages = self._queries["count_by_queue_state"], self._queries["oldest_ready"]
-        with self._read() as conn:
+        with self._db.read() as conn:
             conn.execute("BEGIN")  # one snapshot for both queries
             try:
                 now = {"now": self._clock()}
@@ -394,63 +309,11 @@ class SQLiteBroker(SQLBroker):
 
     # ---- wake-ups -----------------------------------------------------------
     def wakeups_healthy(self) -> bool:
-        return self._bell is not None
+        return self._watcher.bell is not None
 
     def _ring_others(self) -> None:
         """Ring every other process waiting on this database."""
-        if self._doorbell is not None:
-            self._doorbell.ring()
-
-    def _watch_loop(self, stop: threading.Event, fire: Callable[[], None]) -> None:
-        """Wake subscribers when another process commits work.
-
-        On a doorbell ring at once; and on a change of PRAGMA data_version, which changes
-        when another connection commits: checked every BELL_CHECK s with a doorbell (for
-        writers that cannot ring it: another path to the same file, a folder they may not
-        enter, an older version), every poll_interval without one. data_version is read on
-        the writer connection, so this broker's own writes (which notify locally) never
-        count; a check that finds the writer busy is skipped."""
-        bell = self._doorbell.listen() if self._doorbell is not None else None
-        self._bell = bell
-        try:
-            last = self._data_version(blocking=True)
-            while not stop.is_set():
-                if bell is not None:
-                    rang = bell.wait(BELL_CHECK)
-                else:  # time.sleep + is_set costs less CPU per turn than Event.wait
-                    time.sleep(self.poll_interval)
-                    rang = False
-                if stop.is_set():
-                    break
-                version = self._data_version(blocking=False)
-                changed = version is not None and version != last
-                if changed:
-                    last = version
-                if rang or changed:
-                    fire()
-        finally:
-            if bell is not None:
-                if self._bell is bell:  # a later watcher may already have its own
-                    self._bell = None
-                bell.close()
-
-    def _interrupt_watch(self) -> None:
-        bell = self._bell
-        if bell is not None:
-            bell.interrupt()
-
-    def _data_version(self, blocking: bool) -> int | None:
-        if not self._write_lock.acquire(blocking):
-            return None
-        try:
-            return int(self._writer.execute("PRAGMA data_version").fetchone()[0])
-        except sqlite3.Error:
-            return None
-        finally:
-            self._write_lock.release()
-
-
-BELL_CHECK = 0.5  # with a doorbell: seconds between data_version checks for other writers
+        self._watcher.ring_others()
 
 
 def _error_json(outcome: Failed) -> str:

@@ -1,0 +1,70 @@
+"""The conformance suite: what every broker must do, run against each broker kind.
+
+Every test runs on a fake clock (leases expire by ``clock.advance``, never by sleeping)
+and compares durable brokers with the in-memory reference broker on random operations.
+
+To run it against a broker of your own (written outside this repository), register its
+URL scheme in ``sluicegate.brokers.BROKERS`` (the process races open it through
+``broker_from_url``), then in a test module::
+
+    import pytest
+    from sluicegate.testing import BrokerKind
+    from sluicegate.testing.conformance import *  # the tests and their fixtures
+
+    @pytest.fixture
+    def broker_kind() -> BrokerKind:
+        return BrokerKind(
+            "mine", url=lambda tmp_path: f"mine:///{tmp_path}/jobs",
+            open=lambda url, clock: MyBroker(url, clock=clock),
+            shared=True, multiprocess=True,
+        )
+
+The suite's fixtures are all built from ``broker_kind``: ``clock`` (a FakeClock),
+``broker_url``, ``open_broker`` (more handles on the same storage, closed at the end) and
+``broker``; override any of them if your broker needs it. Needs pytest and hypothesis.
+
+The suite in parts, each exporting its tests: ``helpers`` (the fixtures, and helpers such
+as ``spec``, ``put``, ``take`` and ``make_state`` for cases of your own), ``enqueue_claim``,
+``record_lease`` (record, fencing, heartbeat and release), ``recovery_actions`` (recovery,
+cancel, retry), ``read_wakeups`` (read side, subscribe, reopening), ``races`` (threads and
+processes) and ``reference_model`` (random operations against the reference broker).
+"""
+
+from __future__ import annotations
+
+from . import (
+    enqueue_claim,
+    helpers,
+    races,
+    read_wakeups,
+    record_lease,
+    recovery_actions,
+    reference_model,
+)
+from .enqueue_claim import *  # noqa: F403
+from .helpers import *  # noqa: F403
+from .helpers import BOOM as BOOM
+from .helpers import LEASE as LEASE
+from .helpers import S as S
+from .helpers import get as get
+from .helpers import make_state as make_state
+from .helpers import put as put
+from .helpers import spec as spec
+from .helpers import state as state
+from .helpers import take as take
+from .races import *  # noqa: F403
+from .read_wakeups import *  # noqa: F403
+from .record_lease import *  # noqa: F403
+from .recovery_actions import *  # noqa: F403
+from .reference_model import *  # noqa: F403
+
+# What ``import *`` hands a test module: the fixtures, then every test, in suite order.
+__all__ = [
+    *helpers.__all__,
+    *enqueue_claim.__all__,
+    *record_lease.__all__,
+    *recovery_actions.__all__,
+    *read_wakeups.__all__,
+    *races.__all__,
+    *reference_model.__all__,
+]
