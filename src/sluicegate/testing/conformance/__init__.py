@@ -4,8 +4,13 @@ Every test runs on a fake clock (leases expire by ``clock.advance``, never by sl
 and compares durable brokers with the in-memory reference broker on random operations.
 
 To run it against a broker of your own (written outside this repository), register its
-URL scheme in ``sluicegate.brokers.BROKERS`` (the process races open it through
-``broker_from_url``), then in a test module::
+URL scheme with an entry point in your package's metadata, which every process sees
+(the process races open the broker through ``broker_from_url`` in fresh interpreters)::
+
+    [project.entry-points."sluicegate.brokers"]
+    mine = "mypackage.broker:MyBroker"
+
+then, in a test module::
 
     import pytest
     from sluicegate.testing import BrokerKind
