@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from importlib.metadata import entry_points
+from typing import Any
 
 from .base import Broker, QueueStats, Recovery, Retention, Stats
 
@@ -30,7 +30,7 @@ def broker_class(scheme: str) -> Callable[[str], Broker]:
     """The broker class registered for ``scheme`` (it takes the URL); KeyError if unknown."""
     scheme = ALIASES.get(scheme, scheme)
     if scheme not in BROKERS:
-        found = entry_points(group=ENTRY_POINTS, name=scheme)
+        found = _entry_points(name=scheme)
         if not found:
             raise KeyError(scheme)
         cls: Callable[[str], Broker] = next(iter(found)).load()
@@ -42,7 +42,16 @@ def broker_class(scheme: str) -> Callable[[str], Broker]:
 
 def known_schemes() -> list[str]:
     """Every scheme a URL may use: this package's, then those of installed packages."""
-    return [*BROKERS, *sorted({e.name for e in entry_points(group=ENTRY_POINTS)} - set(BROKERS))]
+    return [*BROKERS, *sorted({e.name for e in _entry_points()} - set(BROKERS))]
+
+
+def _entry_points(name: str | None = None) -> Any:
+    """Installed packages' brokers. importlib.metadata is imported only here: it costs
+    every process ~20 ms to import, and most URLs name a built-in scheme."""
+    from importlib.metadata import entry_points
+
+    found = entry_points(group=ENTRY_POINTS)
+    return found if name is None else found.select(name=name)
 
 
 def broker_from_url(url: str) -> Broker:
