@@ -32,6 +32,7 @@ from sluicegate.worker.services import (
     ResultWriter,
     Shutdown,
 )
+from sluicegate.worker.services.base import Service
 
 
 class FlakyBroker(SQLiteBroker):
@@ -332,3 +333,112 @@ def test_backoff_doubles_to_a_cap_and_logs_once_per_outage(
     assert backoff.delay == 0 and backoff.ready(backoff.until)
     messages = [r.getMessage() for r in caplog.records]
     assert messages == ["broker error (will retry): down", "broker reachable again"]
+
+
+# ---- failures between the services' broker calls ------------------------------------------
+class FailingClaims(MemoryBroker):
+    """A real memory broker whose claim of one queue fails while ``failing`` names it."""
+
+    failing: str | None = None
+
+    def claim(
+        self, queues: Sequence[str], n: int, lease: float, worker_id: str
+    ) -> list[ClaimedJob]:
+        if self.failing in queues:
+            raise BrokerUnavailable(f"claim of {self.failing} failed")
+        return super().claim(queues, n, lease, worker_id)
+
+
+def test_weighted_claim_failing_midway_still_dispatches_what_it_claimed() -> None:
+    """Weighted claims commit per queue: jobs claimed before a later queue's claim failed
+    are dispatched (so their leases are held), and the failure starts the backoff."""
+    broker = FailingClaims()
+    enqueue(broker, "a")
+    enqueue(broker, "b")
+    claimer, got = claimer_for(broker, "p=a*1,b*1:2")
+    broker.failing = "b"
+    claimer.wake()
+    claimer.run(time.monotonic())
+    assert got == ["a"]
+    assert claimer.backoff.delay > 0 and claimer.pool.maybe_more  # look again after it
+    broker.failing = None
+    claimer.run(time.monotonic())
+    assert got == ["a", "b"]
+    assert claimer.backoff.delay == 0
+
+
+def test_a_refused_start_is_no_longer_renewed(flaky: FlakyBroker) -> None:
+    enqueue(flaky, "q")
+    (claimed,) = flaky.claim(["q"], 1, 30, "w")
+    leases = LeaseKeeper(flaky, 30)
+    leases.hold([claimed.claim])
+    flaky.release([claimed.claim])  # the claim ended elsewhere: its start is refused
+    writer = ResultWriter(flaky, leases, Counters())
+    writer.started(claimed.claim)
+    writer.flush()
+    assert claimed.claim not in leases.held
+
+
+def test_heartbeats_and_recovery_that_get_through_end_an_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="sluicegate.worker")
+    broker = MemoryBroker()
+    enqueue(broker, "q")
+    (claimed,) = broker.claim(["q"], 1, 30, "w")
+    for service in ("heartbeat", "recovery"):
+        backoff = Backoff()
+        backoff.failed(BrokerUnavailable("down"))
+        if service == "heartbeat":
+            keeper = LeaseKeeper(broker, 30, backoff=backoff)
+            keeper.hold([claimed.claim])
+            keeper.run(keeper.next_beat)
+        else:
+            Recoverer(broker, 30, backoff=backoff).recover()
+        assert backoff.delay == 0, service
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages.count("broker reachable again") == 2
+
+
+class Recording(Service):
+    """A service added to a worker in one line: records the hooks the loop calls, and
+    holds a burst worker until it has been woken."""
+
+    def __init__(self, fail_stop: bool = False) -> None:
+        self.calls: list[str] = []
+        self.fail_stop = fail_stop
+        self.uses_broker = False
+
+    def wake(self) -> None:
+        self.calls.append("wake")
+
+    def halt(self) -> None:
+        self.calls.append("halt")
+
+    def drained(self) -> bool:
+        return "wake" in self.calls
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+        if self.fail_stop:
+            raise RuntimeError("could not deregister")
+
+
+def test_an_added_service_gets_every_hook_and_cannot_break_the_stop(app: App) -> None:
+    from sluicegate.worker import PoolSpec, Worker
+
+    worker = Worker(app, [PoolSpec("p", ("q",), 1)], burst=True, poll_interval=0.05)
+    recording, failing = Recording(), Recording(fail_stop=True)
+    worker.services += [recording, failing]  # adding a service is one line
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    time.sleep(0.2)
+    assert runner.is_alive()  # burst mode waits: the added service is not drained
+    app.enqueue("nothing", queue="elsewhere")  # a wake-up reaches every service
+    runner.join(timeout=10)
+    assert not runner.is_alive()
+    assert recording.calls[0] == "wake" and recording.calls[-1] == "stop"
+    assert failing.calls[-1] == "stop"  # its stop raised; the others still stopped
+    worker.stop()  # a shutdown halts every service, added ones too
+    worker.shutdown.run(time.monotonic())
+    assert "halt" in recording.calls and "halt" in failing.calls

@@ -80,7 +80,7 @@ class Worker:
         self.counters = counters = Counters()
         self.backoff = backoff = Backoff()
         self._wake = threading.Event()
-        self.leases = LeaseKeeper(broker, lease, counters, on_lost=self._abandon)
+        self.leases = LeaseKeeper(broker, lease, counters, on_lost=self._abandon, backoff=backoff)
         self.results = ResultWriter(broker, self.leases, counters, backoff, on_lost=self._abandon)
         self.dispatcher = Dispatcher(
             app,
@@ -104,20 +104,23 @@ class Worker:
             )
             for pool in self.pools
         ]
+        # The loop's services, in the order of a turn (filled in below); shutdown halts
+        # every one of them, services added later included.
+        self.services: list[Service] = []
         self.shutdown = Shutdown(
             shutdown_timeout,
             broker,
-            self.claimers,
+            self.services,
             self.dispatcher,
             self.results,
             self.leases,
             counters,
         )
-        self.recoverer = Recoverer(broker, lease, counters)
+        self.recoverer = Recoverer(broker, lease, counters, backoff)
         # Retention of finished jobs; None (the default for embedded use) keeps them all.
         self.pruner = Pruner(broker, retention, prune_interval) if retention else None
         # The order of a turn: collect finished jobs, shut down, claim, write, maintain.
-        self.services: list[Service] = [
+        self.services += [
             self.dispatcher,
             self.shutdown,
             *self.claimers,
@@ -157,7 +160,10 @@ class Worker:
         finally:
             unsubscribe()
             for service in reversed(self.services):
-                service.stop()
+                try:
+                    service.stop()
+                except Exception:  # one service's trouble must not keep the others running
+                    log.exception("stopping %s failed", type(service).__name__)
             log.info("worker %s stopped", self.worker_id)
 
     def _turn(self) -> bool:
@@ -205,15 +211,15 @@ class Worker:
 
     def _drained(self) -> bool:
         """Burst mode: nothing running, nothing to write, nothing ready in the pools' queues."""
-        if self.busy or self.results.unwritten or self.dispatcher.finishing:
+        if not all(service.drained() for service in self.services):
             return False
         return not any(self.broker.has_work(p.spec.queues) for p in self.pools)
 
     # ---- callbacks -----------------------------------------------------------------
     def _on_wakeup(self) -> None:
         """Jobs may have become ready (enqueued here or elsewhere); any thread."""
-        for claimer in self.claimers:
-            claimer.wake()
+        for service in self.services:
+            service.wake()
         self._wake.set()
 
     def _abandon(self, claim: Claim) -> None:

@@ -28,6 +28,17 @@ class Service:
     def run(self, now: float) -> None:
         """Do the work that is due; a broker error raised here starts the backoff."""
 
+    def wake(self) -> None:
+        """Jobs may have become ready (an enqueue here or elsewhere). Any thread."""
+
+    def halt(self) -> None:
+        """Shutdown began: start nothing new (claims, enqueues); finish what is held."""
+
+    def drained(self) -> bool:
+        """Nothing of this service's is in flight or waiting to be written (burst mode
+        exits only when every service is drained and the pools' queues are empty)."""
+        return True
+
 
 @dataclass(slots=True)
 class Counters:

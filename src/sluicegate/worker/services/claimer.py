@@ -95,14 +95,16 @@ class Claimer(Service):
             # An idle pool looks first with a read-only probe: a wake-up caused by some
             # other worker's commit must not make every idle worker take the write lock.
             probe = not pool.backlog and not self.broker.cheap_empty_claim
-            if probe and not self.broker.has_work(queues):
-                claimed = []
-            else:
+            claimed: list[ClaimedJob] = []
+            trouble: Exception | None = None
+            if not probe or self.broker.has_work(queues):
                 wanted = pool.free
-                claimed = self._claim(wanted)
-                pool.backlog = len(claimed) == wanted
+                claimed, trouble = self._claim(wanted)
+                pool.backlog = len(claimed) == wanted and trouble is None
             for job in claimed:  # start them before any further look at the broker
                 self.dispatch(pool, job)
+            if trouble is not None:  # what was claimed before it runs; back off now
+                raise trouble
             due = None
             if not pool.backlog:
                 # A wake-up that raced with this look keeps the pool looking.
@@ -114,25 +116,34 @@ class Claimer(Service):
         self.backoff.ok()
         return due
 
-    def _claim(self, wanted: int) -> list[ClaimedJob]:
-        """One claim order over the pool's queues, or one claim per queue by weighted share."""
+    def _claim(self, wanted: int) -> tuple[list[ClaimedJob], Exception | None]:
+        """One claim order over the pool's queues, or one claim per queue by weighted share.
+
+        Weighted claims commit one queue at a time: if a later queue's claim fails, the
+        jobs already claimed come back with the error, so they are dispatched (and their
+        leases held) instead of left to expire."""
         if self.shares is None:
-            return self._claim_from(self.pool.spec.queues, wanted)
+            return self._claim_from(self.pool.spec.queues, wanted), None
         out: list[ClaimedJob] = []
         empty: set[str] = set()
-        while wanted > 0:
-            shares = self.shares.split(wanted, empty)
-            if not shares:
-                break
-            for queue, share in shares.items():
-                got = self._claim_from((queue,), share)
-                out.extend(got)
-                wanted -= len(got)
-                if len(got) < share:  # refund the picks it could not use; others get them
-                    self.shares.refund(queue, share - len(got))
-                    empty.add(queue)
+        try:
+            while wanted > 0:
+                shares = self.shares.split(wanted, empty)
+                if not shares:
+                    break
+                for queue, share in shares.items():
+                    got = self._claim_from((queue,), share)
+                    out.extend(got)
+                    wanted -= len(got)
+                    if len(got) < share:  # refund the picks it could not use; others get them
+                        self.shares.refund(queue, share - len(got))
+                        empty.add(queue)
+        except Exception as exc:
+            if not out:
+                raise
+            return out, exc
         self.shares.no_credit_for(empty)
-        return out
+        return out, None
 
     def _claim_from(self, queues: tuple[str, ...], wanted: int) -> list[ClaimedJob]:
         """Claim only: the turn's starts and outcomes are written after the new jobs are

@@ -62,7 +62,7 @@ class Dispatcher(Service):
         self.leases = leases
         self.result_limit = result_limit
         self.counters = counters or Counters()
-        self.wake = wake  # wakes the loop (called from executor threads)
+        self._wake_loop = wake  # wakes the loop (called from executor threads)
         self.inflight: dict[Claim, InFlight] = {}
         self._executors: dict[str, Executor[Any]] = {}
         self._done: collections.deque[tuple[WorkItem, Report, bool]] = collections.deque()
@@ -83,11 +83,11 @@ class Dispatcher(Service):
 
     def _on_start(self, item: WorkItem) -> None:  # any thread
         self.results.started(item.claimed.claim)
-        self.wake()
+        self._wake_loop()
 
     def _on_done(self, item: WorkItem, outcome: Report, slot_free: bool) -> None:  # any thread
         self._done.append((item, outcome, slot_free))
-        self.wake()
+        self._wake_loop()
 
     # ---- in and out ------------------------------------------------------------------
     def dispatch(self, pool: PoolState, claimed: ClaimedJob) -> None:
@@ -147,6 +147,9 @@ class Dispatcher(Service):
     @property
     def busy(self) -> int:
         return sum(len(p.busy) for p in self.pools)
+
+    def drained(self) -> bool:
+        return not self.busy and not self._done
 
     @property
     def finishing(self) -> bool:

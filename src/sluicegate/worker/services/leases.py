@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 
 from ...brokers import Broker
 from ...job import Claim
+from .backoff import Backoff
 from .base import Counters, Service
 
 log = logging.getLogger("sluicegate.worker")
@@ -27,8 +28,10 @@ class LeaseKeeper(Service):
         lease: float,
         counters: Counters | None = None,
         on_lost: Callable[[Claim], None] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.broker = broker
+        self.backoff = backoff or Backoff()  # a heartbeat that gets through ends an outage
         self.lease = lease
         self.interval = lease / 3
         self.counters = counters or Counters()
@@ -61,6 +64,7 @@ class LeaseKeeper(Service):
             return []
         claims = list(self.held)
         lost = self.broker.heartbeat(claims, self.lease)
+        self.backoff.ok()
         if lost:
             self.lost_total += len(lost)
             self.drop(lost)

@@ -7,6 +7,7 @@ import random
 import time
 
 from ...brokers import Broker
+from .backoff import Backoff
 from .base import Counters, Service
 
 log = logging.getLogger("sluicegate.worker")
@@ -16,8 +17,15 @@ class Recoverer(Service):
     """Every max(0.2, min(lease/3, 10)) s, jittered: often enough that a dead worker's
     jobs come back about one lease after it died, rarely enough to cost nothing idle."""
 
-    def __init__(self, broker: Broker, lease: float, counters: Counters | None = None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        lease: float,
+        counters: Counters | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
         self.broker = broker
+        self.backoff = backoff or Backoff()  # a pass that gets through ends an outage
         self.interval = max(0.2, min(lease / 3, 10.0))
         self.counters = counters or Counters()
         self.next_at = 0.0
@@ -35,6 +43,7 @@ class Recoverer(Service):
     def recover(self) -> None:
         """One recovery pass now (safe from many workers at once)."""
         recovery = self.broker.recover_expired()
+        self.backoff.ok()
         if recovery.requeued or recovery.dead:
             self.counters.recovered += len(recovery.requeued) + len(recovery.dead)
             log.warning(

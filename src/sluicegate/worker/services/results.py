@@ -104,8 +104,12 @@ class ResultWriter(Service):
         self._pending = outcomes + self._pending
         self._started.extendleft(reversed(started))
 
+    def drained(self) -> bool:
+        return not self.unwritten
+
     def _recorded(self, outcomes: list[Outcome], lost: list[Claim]) -> None:
         self.leases.drop(o.claim for o in outcomes)
+        self.leases.drop(lost)  # a refused start: no longer ours to renew
         lost_set = set(lost)
         for outcome in outcomes:
             if outcome.claim in lost_set:

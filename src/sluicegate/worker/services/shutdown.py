@@ -11,7 +11,6 @@ from collections.abc import Sequence
 
 from ...brokers import Broker
 from .base import Counters, Service
-from .claimer import Claimer
 from .dispatch import Dispatcher
 from .leases import LeaseKeeper
 from .results import ResultWriter
@@ -26,7 +25,7 @@ class Shutdown(Service):
         self,
         timeout: float,
         broker: Broker,
-        claimers: Sequence[Claimer],
+        services: Sequence[Service],
         dispatcher: Dispatcher,
         results: ResultWriter,
         leases: LeaseKeeper,
@@ -34,7 +33,7 @@ class Shutdown(Service):
     ) -> None:
         self.timeout = timeout
         self.broker = broker
-        self.claimers = claimers
+        self.services = services  # each is halted when shutdown begins (claimers: no claims)
         self.dispatcher = dispatcher
         self.results = results
         self.leases = leases
@@ -63,8 +62,8 @@ class Shutdown(Service):
     def run(self, now: float) -> None:
         if self.deadline is None:
             self.deadline = now + self.timeout
-            for claimer in self.claimers:
-                claimer.halt()
+            for service in self.services:
+                service.halt()
             log.info(
                 "shutting down: no more claims; waiting up to %g s for %d job(s)",
                 self.timeout,
