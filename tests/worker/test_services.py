@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sluicegate import App, JobState
+from sluicegate.brokers import Retention
 from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.brokers.sqlite import SQLiteBroker
 from sluicegate.errors import BrokerUnavailable
@@ -28,6 +29,7 @@ from sluicegate.worker.services import (
     Counters,
     Dispatcher,
     LeaseKeeper,
+    Pruner,
     Recoverer,
     ResultWriter,
     Shutdown,
@@ -442,3 +444,37 @@ def test_an_added_service_gets_every_hook_and_cannot_break_the_stop(app: App) ->
     worker.stop()  # a shutdown halts every service, added ones too
     worker.shutdown.run(time.monotonic())
     assert "halt" in recording.calls and "halt" in failing.calls
+
+
+def test_pruner_deletes_past_retention_in_its_own_thread_and_survives_failures(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    broker = SQLiteBroker(f"sqlite:///{tmp_path}/jobs.db", clock=clock)
+    enqueue(broker, "q", 2)
+    old, new = broker.claim(["q"], 2, 30, "w")
+    broker.ack(old.claim)
+    clock.now += 8 * 86_400  # the first ack is now 8 days old; the default keeps 7
+    broker.ack(new.claim)
+    failures = {"left": 1}
+    real_prune = broker.prune
+
+    def prune(retention: Retention, batch: int = 1000) -> int:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise BrokerUnavailable("database is locked")
+        return real_prune(retention, batch)
+
+    broker.prune = prune  # type: ignore[method-assign]
+    pruner = Pruner(broker, Retention(), interval=0.05)
+    assert pruner.due_in(time.monotonic()) is None  # never due on the loop: its own thread
+    pruner.start()
+    deadline = time.monotonic() + 10
+    while pruner.deleted == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pruner.stop()
+    assert pruner.deleted == 1
+    assert broker.get_job(old.claim.job_id) is None
+    assert broker.get_job(new.claim.job_id) is not None
+    assert "prune failed (will retry): database is locked" in caplog.text
+    broker.close()
