@@ -185,7 +185,8 @@ class SQLBroker(Broker):
 
     A dialect sets ``dialect`` (its folder under sql/), loads its queries with
     ``_load_queries`` and supplies: ``_write_record`` (the batched writes of ``record``),
-    ``_apply_one`` (one operator action), the migration hooks, and ``_ring_others``.
+    ``_apply_one`` (one operator action), the migration hooks, ``_ring_others``, and the
+    connections the read side uses (``_reading``, ``_listing``).
     """
 
     dialect: ClassVar[str]
@@ -216,6 +217,35 @@ class SQLBroker(Broker):
 
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
         return self._subscribers.add(callback)
+
+    # ---- read side -----------------------------------------------------------------------
+    @abstractmethod
+    def _reading(self) -> contextlib.AbstractContextManager[Any]:
+        """A connection for one short read (never the write lock)."""
+
+    def _listing(self) -> contextlib.AbstractContextManager[Any]:
+        """A connection for an operator's listing (a dialect may plan it per filter)."""
+        return self._reading()
+
+    def _may_exist(self, job_id: int) -> bool:
+        """False for an id the storage cannot hold (asked before any query)."""
+        return True
+
+    def get_job(self, job_id: int) -> Job | None:
+        if not self._may_exist(job_id):
+            return None
+        with self._reading() as conn:
+            row = conn.execute(self._queries["get_job"], {"id": job_id}).fetchone()
+        return self._jobs["get_job"].job(row) if row else None
+
+    def list_jobs(
+        self, state: JobState | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[Job]:
+        params = {"state": state.value if state else None, "queue": queue, "limit": limit}
+        with self._listing() as conn:
+            rows = conn.execute(self._queries["list_jobs"], params).fetchall()
+        read = self._jobs["list_jobs"].job
+        return [read(r) for r in rows]
 
     # ---- record --------------------------------------------------------------------------
     def record(self, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> list[Claim]:

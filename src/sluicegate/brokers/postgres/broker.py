@@ -308,20 +308,14 @@ class PostgresBroker(Inserts, SQLBroker):
         return None, current[get.at["state"]] if current else None
 
     # ---- read side ----------------------------------------------------------------------
-    def get_job(self, job_id: int) -> Job | None:
-        if not _fits_bigint(job_id):
-            return None
-        with self._db.transaction() as conn:
-            row = conn.execute(self._queries["get_job"], {"id": job_id}).fetchone()
-        return self._jobs["get_job"].job(row) if row else None
+    def _reading(self) -> contextlib.AbstractContextManager[Any]:
+        return self._db.transaction()
 
-    def list_jobs(
-        self, state: JobState | None = None, queue: str | None = None, limit: int = 100
-    ) -> list[Job]:
-        params = {"state": state.value if state else None, "queue": queue, "limit": limit}
-        with self._db.custom_plans() as conn:
-            rows = conn.execute(self._queries["list_jobs"], params).fetchall()
-        return [self._jobs["list_jobs"].job(r) for r in rows]
+    def _listing(self) -> contextlib.AbstractContextManager[Any]:
+        return self._db.custom_plans()  # the filter decides which partial index fits
+
+    def _may_exist(self, job_id: int) -> bool:
+        return _fits_bigint(job_id)
 
     def stats(self) -> Stats:
         counts, ages = self._queries["count_by_queue_state"], self._queries["oldest_ready"]

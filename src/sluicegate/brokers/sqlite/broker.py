@@ -282,18 +282,8 @@ class SQLiteBroker(SQLBroker):
             return int(conn.execute(self._queries["prune"], params).rowcount)
 
     # ---- read side ----------------------------------------------------------
-    def get_job(self, job_id: int) -> Job | None:
-        with self._db.read() as conn:
-            row = conn.execute(self._queries["get_job"], {"id": job_id}).fetchone()
-        return self._jobs["get_job"].job(row) if row else None
-
-    def list_jobs(
-        self, state: JobState | None = None, queue: str | None = None, limit: int = 100
-    ) -> list[Job]:
-        params = {"state": state.value if state else None, "queue": queue, "limit": limit}
-        with self._db.read() as conn:
-            rows = conn.execute(self._queries["list_jobs"], params).fetchall()
-        return [self._jobs["list_jobs"].job(r) for r in rows]
+    def _reading(self) -> contextlib.AbstractContextManager[Any]:
+        return self._db.read()
 
     def stats(self) -> Stats:
         counts, ages = self._queries["count_by_queue_state"], self._queries["oldest_ready"]
