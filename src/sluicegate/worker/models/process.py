@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from ...codec import DEFAULT_PAYLOAD_LIMIT, dumps, loads
-from ...job import Claim, ClaimedJob, ErrorInfo, Job, JobId, JobState
+from ...job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobState
 from ...outcomes import Buried, Outcome, Report, Retried, Succeeded
 from ...retry import RetryPolicy, failure, plain_error
 from ..executors import DoneCallback, StartCallback, WorkItem
@@ -99,12 +99,14 @@ def child_main(
         claimed = ClaimedJob(Claim(job.id, request["token"]), job)
         task = app.tasks[job.task]
         outcome = run_job(task.fn, task.options.retry, claimed, result_limit)
+        # The outcome crosses the pipe with its event named, as the parent must not infer it.
+        reply: dict[str, Any] = {"event": outcome.event.value, "rss": _rss_bytes()}
         if isinstance(outcome, Succeeded):
-            reply: dict[str, Any] = {"ok": True, "result": outcome.result_json}
+            reply["result"] = outcome.result_json
         else:
-            retry_in = outcome.retry_in if isinstance(outcome, Retried) else None
-            reply = {"ok": False, "error": outcome.error.to_dict(), "retry_in": retry_in}
-        reply["rss"] = _rss_bytes()
+            reply["error"] = outcome.error.to_dict()
+            if isinstance(outcome, Retried):
+                reply["retry_in"] = outcome.retry_in
         conn.send_bytes(dumps(reply).encode())
 
 
@@ -295,12 +297,13 @@ class ProcessExecutor:
 
     def _outcome(self, item: ProcessItem, reply: dict[str, Any]) -> Outcome:
         claim = item.claimed.claim
-        if reply["ok"]:
+        event = Event(reply["event"])
+        if event is Event.ACK:
             return Succeeded(claim, reply["result"])
         error = ErrorInfo.from_dict(reply["error"])
-        if reply["retry_in"] is None:  # the child's retry module decided: dead
-            return Buried(claim, error)
-        return Retried(claim, error, reply["retry_in"])
+        if event is Event.RETRY:
+            return Retried(claim, error, reply["retry_in"])
+        return Buried(claim, error)
 
     def _enforce_deadlines(self) -> None:
         now = time.monotonic()
