@@ -20,37 +20,24 @@ MAX_SLOTS = 10_000
 SPEC_FORMAT = "NAME=QUEUE[*WEIGHT][,QUEUE[*WEIGHT]...]:SLOTS[:MODEL]"
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class PoolSpec:
     name: str
     queues: tuple[str, ...]
     slots: int
-    model: str
-    weights: tuple[int, ...] | None  # per queue; None: one claim order over all queues
-    options: dict[str, Any] = field(hash=False)  # the model's options, checked and defaulted
+    model: str = "thread"
+    weights: tuple[int, ...] | None = None  # per queue; None: one claim order over all queues
+    # The model's own options by name (e.g. the process model's max_jobs_per_child), as
+    # given; checked against what the model declares and stored with its defaults.
+    options: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
-    def __init__(
-        self,
-        name: str,
-        queues: tuple[str, ...],
-        slots: int,
-        model: str = "thread",
-        weights: tuple[int, ...] | None = None,
-        options: Mapping[str, Any] | None = None,
-    ) -> None:
-        """``options``: the model's own options by name (e.g. the process model's
-        ``max_jobs_per_child``), checked against what the model declares."""
-        set_ = object.__setattr__
-        set_(self, "name", name)
-        set_(self, "queues", queues)
-        set_(self, "slots", slots)
-        set_(self, "model", model)
-        set_(self, "weights", weights)
+    def __post_init__(self) -> None:
         self._check()
         try:
-            set_(self, "options", validate_model_options(model, options or {}))
+            checked = validate_model_options(self.model, self.options)
         except ConfigError as exc:
             raise ConfigError(f"pool {self.name!r}: {exc}") from None
+        object.__setattr__(self, "options", checked)
 
     def _check(self) -> None:
         check_name("pool", self.name)
@@ -66,10 +53,6 @@ class PoolSpec:
             len(self.weights) != len(self.queues) or any(w < 1 for w in self.weights)
         ):
             raise ConfigError(f"pool {self.name!r}: one weight >= 1 per queue")
-        try:
-            get_model(self.model)
-        except ConfigError as exc:
-            raise ConfigError(f"pool {self.name!r}: {exc}") from None
 
 
 DEFAULT_POOL = PoolSpec("default", ("default",), 10)

@@ -38,7 +38,6 @@ class LeaseKeeper(Service):
         self.on_lost = on_lost  # told of each claim a heartbeat found lost
         self.held: set[Claim] = set()
         self.next_beat = time.monotonic() + self.interval
-        self.lost_total = 0
 
     def hold(self, claims: Iterable[Claim]) -> None:
         self.held.update(claims)
@@ -66,7 +65,6 @@ class LeaseKeeper(Service):
         lost = self.broker.heartbeat(claims, self.lease)
         self.backoff.ok()
         if lost:
-            self.lost_total += len(lost)
             self.drop(lost)
             for claim in lost:
                 log.warning(
