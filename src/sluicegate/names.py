@@ -1,4 +1,4 @@
-"""Validation of queue, task and pool names.
+"""Validation of queue, task and pool names, and of the numbers settings give.
 
 Names travel through URLs, CLI specs (``NAME=QUEUE,QUEUE:SLOTS``) and metric labels,
 so the charset excludes every separator those use.
@@ -28,3 +28,13 @@ def check_name(kind: str, name: object) -> str:
     if len(_seen) < 10_000:
         _seen.add(name)
     return name
+
+
+def number_problem(value: object, minimum: float, integer: bool = False) -> str | None:
+    """What is wrong with a setting's number (a settings-file key, a pool option), or
+    None; one wording wherever a number is checked: "must be an integer >= 1, not 0"."""
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value < minimum:
+        kind = "an integer" if integer else "a number"
+        return f"must be {kind} >= {minimum:g}, not {value!r}"
+    return None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import ConfigError
+from .names import number_problem
 from .task import TASK_OPTION_NAMES, TaskOptions, TaskOptionsDict
 
 if TYPE_CHECKING:
@@ -62,10 +63,9 @@ class TableReader:
         value = self.table.get(key)
         if value is None:
             return None
-        kinds = (int,) if integer else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kinds) or value < minimum:
-            kind = "an integer" if integer else "a number"
-            raise self.error(key, f"must be {kind} >= {minimum:g}, not {value!r}")
+        problem = number_problem(value, minimum, integer)
+        if problem is not None:
+            raise self.error(key, problem)
         return value
 
     def text(self, key: str) -> str | None:

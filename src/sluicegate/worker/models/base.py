@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...errors import ConfigError
 from ...job import ClaimedJob
+from ...names import number_problem
 from ..executors import Executor, WorkItem
 from ..transactional import TransactionalStore
 
@@ -36,11 +37,7 @@ class ModelOption:
         """What is wrong with ``value`` for this option, or None (None itself: the default)."""
         if value is None:
             return None
-        kinds = (int,) if self.kind is int else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kinds) or value < self.minimum:
-            kind = "an integer" if self.kind is int else "a number"
-            return f"must be {kind} >= {self.minimum:g}, not {value!r}"
-        return None
+        return number_problem(value, self.minimum, integer=self.kind is int)
 
 
 class ModelOptionError(ConfigError):
