@@ -11,8 +11,10 @@ from .brokers import Broker, broker_from_url
 from .codec import DEFAULT_PAYLOAD_LIMIT, encode_payload
 from .errors import ConfigError, JobNotFound
 from .job import Job, JobSpec
+from .limits import Limit, Need, encode_needs, partition_value
 from .names import check_name
 from .task import (
+    MISSING,
     NO_OPTIONS,
     EnqueueOptions,
     EnqueueOptionsDict,
@@ -66,6 +68,7 @@ class App:
         self._config_lock = threading.Lock()
         self.payload_limit = payload_limit
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.limits: dict[str, Limit] = {}  # declared here or in the settings file
         self.import_path: str | None = None  # "MODULE:APP", set when loaded by that path
 
     # ---- broker ------------------------------------------------------------------
@@ -126,8 +129,90 @@ class App:
                 else:
                     found = read_task_settings(None if config is None else os.fspath(config))
                 apply_overrides(self, found)
+                self.limits.update(found.limits)  # the file's values win over the code's
                 self._settings = found
+                for task in self.tasks.values():
+                    self._check_limits(task)
             return self._settings
+
+    # ---- limits ------------------------------------------------------------------
+    def limit(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        rate: str | float | None = None,
+        burst: int | None = None,
+        scope: str = "global",
+        partition: str | None = None,
+    ) -> Limit:
+        """Declare a limit tasks may name: ``app.limit("storage", concurrency=4,
+        scope="host")``, ``app.limit("email", rate="10/s", burst=10, partition="account")``.
+
+        Workers register the app's limits in the broker when they start; a settings
+        file's ``[limits.NAME]`` table declares one too, and wins over the code."""
+        limit = Limit.of(
+            name,
+            concurrency=concurrency,
+            rate=rate,
+            burst=burst,
+            scope=scope,
+            partition=partition,
+        )
+        known = self.limits.get(name)
+        if known is not None and known != limit:
+            raise ConfigError(f"limit {name!r} is declared twice, differently")
+        self.limits[name] = limit
+        return limit
+
+    def _check_limits(self, task: Task[Any, Any]) -> None:
+        for name, cost in task.options.costs:
+            limit = self.limits.get(name)
+            if limit is None:
+                known = ", ".join(sorted(self.limits)) or "none"
+                raise ConfigError(
+                    f"task {task.name!r} uses limit {name!r}, which is not declared: add "
+                    f"app.limit({name!r}, ...) or [limits.{name}] to the settings file "
+                    f"(limits: {known})"
+                )
+            if limit.concurrency is not None and cost > limit.concurrency:
+                raise ConfigError(
+                    f"task {task.name!r} costs {cost} of limit {name!r}, "
+                    f"whose concurrency is {limit.concurrency}: it could never start"
+                )
+            if limit.rate is not None and cost > limit.capacity:
+                raise ConfigError(
+                    f"task {task.name!r} costs {cost} of limit {name!r}, "
+                    f"whose burst is {limit.capacity}: it could never start"
+                )
+
+    def _needs(
+        self,
+        task: Task[Any, Any],
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        limit_key: str | Mapping[str, str] | None,
+    ) -> str | None:
+        """The job's needs: per limit its partition value (``limit_key``, else the
+        argument the limit is partitioned by) and its cost."""
+        needs: list[Need] = []
+        for name, cost in task.options.costs:
+            limit = self.limits[name]  # configure() checked that it exists
+            part = None
+            if limit.partition is not None:
+                given = limit_key.get(name) if isinstance(limit_key, Mapping) else limit_key
+                if given is not None:
+                    part = given
+                else:
+                    value = task.argument(limit.partition, args, kwargs)
+                    if value is MISSING:
+                        raise ConfigError(
+                            f"task {task.name!r}: limit {name!r} is partitioned by "
+                            f"{limit.partition!r}; pass that argument or limit_key="
+                        )
+                    part = partition_value(value)
+            needs.append((name, part, cost))
+        return encode_needs(needs)
 
     # ---- registry ----------------------------------------------------------------
     @overload
@@ -165,6 +250,7 @@ class App:
                 from .settings_file import apply_override
 
                 apply_override(task, self._settings)
+                self._check_limits(task)
             return task
 
         return register(fn) if fn is not None else register
@@ -230,6 +316,11 @@ class App:
             name, [] if args is None else args, {} if kwargs is None else kwargs, self.payload_limit
         )
         o = options  # checked when made: only None stands for "the task's own"
+        needs = None
+        if task is not None and task.options.costs:
+            needs = self._needs(task, args or (), kwargs or {}, o.limit_key)
+        elif o.limit_key is not None:
+            raise ConfigError(f"task {name!r}: limit_key given, but it uses no partitioned limit")
         return JobSpec(
             task=name,
             queue=defaults.queue if o.queue is None else o.queue,
@@ -240,6 +331,7 @@ class App:
             priority=defaults.priority if o.priority is None else o.priority,
             max_attempts=defaults.max_attempts if o.max_attempts is None else o.max_attempts,
             unique_key=o.unique_key,
+            limits=needs,
         )
 
     # ---- reading -------------------------------------------------------------------

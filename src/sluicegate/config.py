@@ -15,6 +15,10 @@ in producers as in workers); this module adds what only a worker needs:
     max_jobs_per_child = 200        # the model's own options (process model)
     max_memory_mb = 512
 
+    [limits.storage]                # a dependency budget tasks name (docs/limits.md)
+    concurrency = 4
+    scope = "host"
+
     [tasks.send_reset]              # per-task overrides
     queue = "email"
     max_attempts = 5
@@ -35,12 +39,13 @@ from .settings_file import (
     apply_override,
     apply_overrides,
     find_config,
+    limit_tables,
     task_overrides,
 )
 from .worker.models import MODELS, ModelOptionError, validate_model_options
 from .worker.pool import PoolSpec
 
-TOP_KEYS = {"broker", "lease", "shutdown_timeout", "pools", "tasks"}
+TOP_KEYS = {"broker", "lease", "shutdown_timeout", "pools", "tasks", "limits"}
 POOL_BASE_KEYS = {"queues", "slots", "model"}
 # Every option any concurrency model declares, by name (its pools' other keys).
 MODEL_OPTIONS = {option.name: option for model in MODELS.values() for option in model.options}
@@ -70,6 +75,7 @@ def load_settings(explicit: str | None = None) -> Settings:
         source=source,
         path=path,
         tasks=task_overrides(source, data),
+        limits=limit_tables(source, data),
         broker=top.text("broker"),
         lease=top.number("lease", minimum=0.001),
         shutdown_timeout=top.number("shutdown_timeout"),

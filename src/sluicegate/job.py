@@ -129,6 +129,7 @@ class Job:
     unique_key: str | None = None
     worker_id: str | None = None
     lease_expires_at: float | None = None
+    limits: tuple[tuple[str, str | None, int], ...] = ()  # (limit, partition value, cost)
 
     @classmethod
     def from_fields(cls, **fields: Any) -> Job:
@@ -168,6 +169,7 @@ class Job:
             "unique_key": self.unique_key,
             "worker_id": self.worker_id,
             "lease_expires_at": self.lease_expires_at,
+            "limits": [{"limit": n, "partition": p, "cost": c} for n, p, c in self.limits],
         }
 
 
@@ -221,3 +223,4 @@ class JobSpec:
     priority: int = 0
     max_attempts: int = 3
     unique_key: str | None = None
+    limits: str | None = None  # the job's needs, encoded (sluicegate.limits.encode_needs)

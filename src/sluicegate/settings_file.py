@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import ConfigError
+from .limits import Limit
 from .names import number_problem
 from .task import TASK_OPTION_NAMES, TaskOptions, TaskOptionsDict
 
@@ -28,6 +29,7 @@ DEFAULT_FILES = ("sluicegate.toml", "pyproject.toml")
 # process applies. Not retry_on and transactional (they belong to the function's code),
 # nor the backoff (process-pool children compute it, and they do not read this file).
 TASK_KEYS = TASK_OPTION_NAMES - {"retry_on", "transactional", "backoff_base", "backoff_max"}
+LIMIT_KEYS = frozenset({"concurrency", "rate", "burst", "scope", "partition"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,7 @@ class TaskSettings:
     source: str | None = None
     path: str | None = None
     tasks: dict[str, TaskOptionsDict] = field(default_factory=dict)
+    limits: dict[str, Limit] = field(default_factory=dict)
 
 
 class TableReader:
@@ -108,7 +111,21 @@ def read_task_settings(explicit: str | None = None) -> TaskSettings:
     if found is None:
         return TaskSettings()
     source, path, data = found
-    return TaskSettings(source, path, task_overrides(source, data))
+    return TaskSettings(source, path, task_overrides(source, data), limit_tables(source, data))
+
+
+def limit_tables(source: str, data: dict[str, Any]) -> dict[str, Limit]:
+    """Every ``[limits.NAME]`` table of a settings file, checked."""
+    tables = TableReader(source, "limits", data.get("limits", {}))
+    out = {}
+    for name, table in tables.table.items():
+        r = TableReader(source, f"limits.{name}", table)
+        r.only(LIMIT_KEYS)
+        try:
+            out[name] = Limit.of(name, **r.table)
+        except ConfigError as exc:
+            raise r.error("", str(exc)) from None
+    return out
 
 
 def task_overrides(source: str, data: dict[str, Any]) -> dict[str, TaskOptionsDict]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, U
 
 from .errors import ConfigError
 from .job import Job
+from .limits import check_task_limits
 from .names import check_name
 from .retry import RetryPolicy
 
@@ -40,6 +41,7 @@ class TaskOptionsDict(TypedDict, total=False):
     backoff_base: float
     backoff_max: float
     transactional: bool  # gets connection=; its writes commit with the ack (postgresql)
+    limits: Sequence[str] | Mapping[str, int]  # limits it uses: names, or names with a cost
 
 
 class EnqueueOptionsDict(TypedDict, total=False):
@@ -51,6 +53,7 @@ class EnqueueOptionsDict(TypedDict, total=False):
     priority: int | None
     unique_key: str | None  # while a job with this key is unfinished, return it instead
     max_attempts: int | None
+    limit_key: str | Mapping[str, str] | None  # partition of the task's partitioned limits
     connection: Any  # enqueue in this open transaction (postgresql broker)
 
 
@@ -111,6 +114,7 @@ class TaskOptions:
     backoff_base: float = 1.0
     backoff_max: float = 3600.0
     transactional: bool = False
+    limits: Sequence[str] | Mapping[str, int] = ()  # kept as sorted (name, cost) pairs
     retry: RetryPolicy = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -133,6 +137,12 @@ class TaskOptions:
         )
         object.__setattr__(self, "retry_on", policy.retry_on)
         object.__setattr__(self, "retry", policy)
+        object.__setattr__(self, "limits", check_task_limits(self.limits))
+
+    @property
+    def costs(self) -> tuple[tuple[str, int], ...]:
+        """The limits this task uses, as sorted (limit name, cost) pairs."""
+        return self.limits  # type: ignore[return-value]  # normalised in __post_init__
 
     @classmethod
     def of(cls, task: str, options: Mapping[str, Any]) -> TaskOptions:
@@ -154,6 +164,7 @@ class EnqueueOptions:
     priority: int | None = None
     unique_key: str | None = None
     max_attempts: int | None = None
+    limit_key: str | Mapping[str, str] | None = None
     connection: Any = None
 
     def __post_init__(self) -> None:
@@ -173,6 +184,15 @@ class EnqueueOptions:
             raise ConfigError(f"unique_key must be a non-empty string, not {self.unique_key!r}")
         if self.max_attempts is not None:
             check_attempts(self.max_attempts)
+        key = self.limit_key
+        if key is not None and not (
+            (isinstance(key, str) and key)
+            or (isinstance(key, Mapping) and all(isinstance(v, str) and v for v in key.values()))
+        ):
+            raise ConfigError(
+                f"limit_key must be a non-empty string or a mapping of limit name to one, "
+                f"not {key!r}"
+            )
 
     @classmethod
     def of(
@@ -189,6 +209,7 @@ class EnqueueOptions:
 
 
 NO_OPTIONS = EnqueueOptions()
+MISSING = object()
 
 
 class Task(Generic[P, R]):
@@ -200,6 +221,7 @@ class Task(Generic[P, R]):
         self.name = check_name("task", name)
         self.options = options
         self.is_coroutine = inspect.iscoroutinefunction(fn)
+        self._signature: inspect.Signature | None = None
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -208,6 +230,19 @@ class Task(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.options.queue}>"
+
+    def argument(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """The value the call would bind to parameter ``name`` (a partition key), or
+        ``MISSING``: a keyword argument, else a positional one matched by the signature."""
+        if name in kwargs:
+            return kwargs[name]
+        if self._signature is None:
+            self._signature = inspect.signature(self.fn)
+        try:
+            bound = self._signature.bind_partial(*args, **kwargs)
+        except TypeError:
+            return MISSING
+        return bound.arguments.get(name, MISSING)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Store a job that will call this task with these arguments; durable on return."""

@@ -12,13 +12,39 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, InvalidTransition, JobNotFound, LeaseLost
 from ..job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobSpec, JobState
+from ..limits import Bucket, Key, Limit
 from ..outcomes import Buried, Outcome, Retried, Succeeded
+
+
+class ClaimBatch(list[ClaimedJob]):
+    """What ``claim`` returns: the claimed jobs, and ``retry_in``: when jobs held back by
+    a limit may start (seconds; None when no limit held one back), so the claimer looks
+    again then rather than on its next poll."""
+
+    retry_in: float | None = None
+
+    def __init__(self, jobs: Sequence[ClaimedJob] = (), retry_in: float | None = None) -> None:
+        super().__init__(jobs)
+        self.retry_in = retry_in
+
+
+@dataclass(frozen=True, slots=True)
+class LimitFigures:
+    """The read side of limits, raw, in one snapshot: what ``limits list`` and
+    ``jobs show`` are computed from (``sluicegate.limit_report``)."""
+
+    limits: dict[str, Limit]
+    overridden: frozenset[str]  # set by an operator: a worker's declaration does not change it
+    held: list[tuple[str, str | None, str | None, int]]  # (name, partition, host, cost)
+    waiting: list[tuple[str, int, float]]  # (needs as stored, ready jobs, oldest run_at)
+    buckets: dict[Key, Bucket]
+    now: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +126,14 @@ def unique_key_taken(job_id: int) -> InvalidTransition:
     )
 
 
+def unknown_limit(name: str, known: Iterable[str]) -> ConfigError:
+    names = ", ".join(sorted(known)) or "none"
+    return ConfigError(
+        f"no limit named {name!r} is registered (limits: {names}); "
+        "workers register the limits their app declares when they start"
+    )
+
+
 DAY = 86_400.0
 
 
@@ -151,12 +185,15 @@ class Broker(ABC):
     # ---- hot path ------------------------------------------------------
     @abstractmethod
     def claim(
-        self, queues: Sequence[str], n: int, lease: float, worker_id: str
-    ) -> list[ClaimedJob]:
+        self, queues: Sequence[str], n: int, lease: float, worker_id: str, host: str = ""
+    ) -> ClaimBatch:
         """Take up to ``n`` ready jobs of ``queues`` in (priority, run_at, id) order.
 
         Promotes due scheduled jobs first. Each claim charges an attempt and carries
-        a fresh fencing token.
+        a fresh fencing token. A job that names limits is taken only when each has room
+        (``sluicegate.limits.admit``), its tokens in the same transaction; one that cannot
+        stays ready and blocks nothing behind it. ``host`` is the claimer's, for
+        host-scoped limits ("" means this machine's).
         """
 
     @abstractmethod
@@ -185,6 +222,25 @@ class Broker(ABC):
     @abstractmethod
     def recover_expired(self, limit: int = 1000) -> Recovery:
         """Return jobs whose lease expired to ready (attempt already charged) or to dead."""
+
+    # ---- limits ----------------------------------------------------------
+    @abstractmethod
+    def register_limits(self, limits: Sequence[Limit]) -> None:
+        """Store the limits a worker declares. A limit an operator set (``set_limit``)
+        keeps its values; the declaration is remembered for ``reset_limit``."""
+
+    @abstractmethod
+    def set_limit(self, limit: Limit) -> None:
+        """An operator's new values for a registered limit; every claim after the commit
+        uses them. Raises ConfigError naming the known limits if it is not registered."""
+
+    @abstractmethod
+    def reset_limit(self, name: str) -> Limit:
+        """Back to the values last declared by a worker; returns them."""
+
+    @abstractmethod
+    def limit_figures(self) -> LimitFigures:
+        """Registered limits, tokens held, jobs waiting and buckets, in one snapshot."""
 
     # ---- operator actions ----------------------------------------------
     @abstractmethod

@@ -27,15 +27,29 @@ from ..job import (
     can_apply,
     initial_state,
 )
+from ..limits import (
+    Bucket,
+    Candidate,
+    Key,
+    Limit,
+    admit,
+    decode_needs,
+    encode_needs,
+    in_use_of,
+    local_host,
+)
 from ..outcomes import Outcome
 from .base import (
     Broker,
+    ClaimBatch,
+    LimitFigures,
     QueueStats,
     RecordBatch,
     Recovery,
     Stats,
     refusal,
     unique_key_taken,
+    unknown_limit,
     worker_lost_error,
 )
 from .wakeups import Subscribers
@@ -48,6 +62,11 @@ class MemoryBroker(Broker):
         self._jobs: dict[JobId, Job] = {}
         self._tokens: dict[JobId, int] = {}
         self._ids = itertools.count(1)
+        self._hosts: dict[JobId, str] = {}  # the claimer's host, for host-scoped limits
+        self._limits: dict[str, Limit] = {}
+        self._declared: dict[str, Limit] = {}
+        self._overridden: set[str] = set()
+        self._buckets: dict[Key, Bucket] = {}
         self._lock = threading.RLock()
         self._subscribers = Subscribers()
 
@@ -111,6 +130,7 @@ class MemoryBroker(Broker):
                     run_at=run_at,
                     enqueued_at=now,
                     unique_key=spec.unique_key,
+                    limits=decode_needs(spec.limits),
                 )
                 self._jobs[job.id] = job
                 out.append(job)
@@ -119,11 +139,12 @@ class MemoryBroker(Broker):
 
     # ---- hot path -------------------------------------------------------------
     def claim(
-        self, queues: Sequence[str], n: int, lease: float, worker_id: str
-    ) -> list[ClaimedJob]:
+        self, queues: Sequence[str], n: int, lease: float, worker_id: str, host: str = ""
+    ) -> ClaimBatch:
         if n <= 0:
-            return []
+            return ClaimBatch()
         token = secrets.randbits(62)
+        host = host or local_host()
         with self._lock:
             now = self._clock()
             self._promote(now)
@@ -131,9 +152,20 @@ class MemoryBroker(Broker):
             ready = sorted(
                 (j for j in self._jobs.values() if j.state is JobState.READY and j.queue in wanted),
                 key=lambda j: (j.priority, j.run_at, j.id),
-            )[:n]
+            )
+            admission = admit(
+                (Candidate(j.id, j.limits) for j in ready),
+                n,
+                self._limits,
+                in_use_of(self._held(), host, self._limits),
+                self._buckets,
+                now,
+                host,
+            )
+            self._buckets.update(admission.buckets)
             out = []
-            for job in ready:
+            for job_id in admission.ids:
+                job = self._jobs[JobId(job_id)]
                 claimed = self._set(
                     job,
                     Event.CLAIM,
@@ -142,8 +174,67 @@ class MemoryBroker(Broker):
                     worker_id=worker_id,
                 )
                 self._tokens[job.id] = token
+                self._hosts[job.id] = host
                 out.append(ClaimedJob(Claim(job.id, token), claimed))
-            return out
+            return ClaimBatch(out, admission.retry_in)
+
+    def _held(self) -> list[tuple[str, str | None, str | None, int]]:
+        """(limit, partition, holder host, cost) of every need of a claimed or running job:
+        tokens in use derive from job states, so a finished job's come back with it."""
+        return [
+            (name, part, self._hosts.get(j.id), cost)
+            for j in self._jobs.values()
+            if j.limits and j.state in HELD
+            for name, part, cost in j.limits
+        ]
+
+    # ---- limits ----------------------------------------------------------------
+    def register_limits(self, limits: Sequence[Limit]) -> None:
+        with self._lock:
+            for limit in limits:
+                self._declared[limit.name] = limit
+                current = self._limits.get(limit.name)
+                if current is not None and limit.name in self._overridden:
+                    limit = dataclasses.replace(
+                        limit,
+                        concurrency=current.concurrency,
+                        rate=current.rate,
+                        burst=current.burst,
+                    )
+                self._limits[limit.name] = limit
+        self._subscribers.notify_local()
+
+    def set_limit(self, limit: Limit) -> None:
+        with self._lock:
+            if limit.name not in self._limits:
+                raise unknown_limit(limit.name, self._limits)
+            self._limits[limit.name] = limit
+            self._overridden.add(limit.name)
+        self._subscribers.notify_local()
+
+    def reset_limit(self, name: str) -> Limit:
+        with self._lock:
+            if name not in self._declared:
+                raise unknown_limit(name, self._limits)
+            self._limits[name] = self._declared[name]
+            self._overridden.discard(name)
+        self._subscribers.notify_local()
+        return self._declared[name]
+
+    def limit_figures(self) -> LimitFigures:
+        with self._lock:
+            waiting: dict[str, list[float]] = {}
+            for j in self._jobs.values():
+                if j.limits and j.state is JobState.READY:
+                    waiting.setdefault(encode_needs(j.limits) or "", []).append(j.run_at)
+            return LimitFigures(
+                limits=dict(self._limits),
+                overridden=frozenset(self._overridden),
+                held=self._held(),
+                waiting=[(k, len(v), min(v)) for k, v in waiting.items()],
+                buckets=dict(self._buckets),
+                now=self._clock(),
+            )
 
     def has_work(self, queues: Sequence[str]) -> bool:
         with self._lock:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, TypeVar
 from ..codec import loads
 from ..errors import ConfigError
 from ..job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobState
+from ..limits import decode_needs
 from ..outcomes import Outcome
 from .base import Broker, QueueStats, RecordBatch, Stats, refusal, unique_key_taken
 from .sqlfiles import JOB_COLUMNS, Migration, Query, Value, load_migrations, load_queries
@@ -61,6 +62,7 @@ class JobRows:
             finished_at,
             result,
             last_error,
+            limits,
         ) = self._pick(row)
         return Job.from_fields(
             id=JobId(id_),
@@ -81,6 +83,7 @@ class JobRows:
             unique_key=unique_key,
             worker_id=worker_id,
             lease_expires_at=lease_expires_at,
+            limits=decode_needs(limits) if limits else (),
         )
 
     def claimed(self, row: Row, token: int) -> ClaimedJob:

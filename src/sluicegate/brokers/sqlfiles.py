@@ -28,7 +28,7 @@ from ..job import HELD, TERMINAL, UNFINISHED, Event, JobState, sources
 JOB_COLUMNS = (
     "id", "queue", "task", "args", "kwargs", "state", "priority", "run_at", "attempts",
     "max_attempts", "unique_key", "worker_id", "lease_expires_at", "enqueued_at",
-    "started_at", "finished_at", "result", "last_error",
+    "started_at", "finished_at", "result", "last_error", "limits",
 )  # fmt: skip
 
 Value = str | Callable[[str], str]
