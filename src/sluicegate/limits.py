@@ -105,7 +105,9 @@ class Limit:
             if self.rate is None:
                 raise ConfigError(f"{where}: burst applies to a rate; give rate too")
         if self.scope not in SCOPES:
-            raise ConfigError(f"{where}: scope must be one of {', '.join(SCOPES)}, not {self.scope!r}")
+            raise ConfigError(
+                f"{where}: scope must be one of {', '.join(SCOPES)}, not {self.scope!r}"
+            )
         if self.partition is not None and (
             not isinstance(self.partition, str) or not self.partition.isidentifier()
         ):
@@ -123,7 +125,7 @@ class Limit:
                 f"limit {name!r}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(known))})"
             )
         rate = values.get("rate")
-        if rate is not None and not isinstance(rate, int | float) or isinstance(rate, bool):
+        if (rate is not None and not isinstance(rate, int | float)) or isinstance(rate, bool):
             values["rate"] = parse_rate(rate)
         elif rate is not None:
             values["rate"] = float(rate)
@@ -136,13 +138,17 @@ class Limit:
         """Rate tokens a bucket holds."""
         return self.burst or DEFAULT_BURST
 
-    def describe(self) -> str:
+    def bounds(self) -> str:
+        """``4 at once``, ``10/s (burst 10)``, or both."""
         parts = []
         if self.concurrency is not None:
             parts.append(f"{self.concurrency} at once")
         if self.rate is not None:
             parts.append(f"{format_rate(self.rate)} (burst {self.capacity})")
-        text = ", ".join(parts)
+        return ", ".join(parts)
+
+    def describe(self) -> str:
+        text = self.bounds()
         if self.partition:
             text += f" per {self.partition}"
         return f"{text}, {self.scope}"
@@ -301,7 +307,9 @@ def admit(
                 bucket = refill(out.buckets.get(key) or buckets.get(key), limit, now)
                 if bucket.tokens + 1e-9 < cost:
                     wait = (cost - bucket.tokens) / limit.rate
-                    reason = f"limit {label}: rate {format_rate(limit.rate)}, next start in {wait:.3g} s"
+                    reason = (
+                        f"limit {label}: rate {format_rate(limit.rate)}, next start in {wait:.3g} s"
+                    )
                     out.retry_in = _sooner(out.retry_in, wait)
                     blocked.add(key)
                     break
@@ -315,6 +323,30 @@ def admit(
                 out.buckets[key] = Bucket(bucket.tokens - cost, now)
         out.ids.append(cand.id)
     return out
+
+
+def room(
+    needs: Sequence[Need],
+    limits: Mapping[str, Limit],
+    in_use: Mapping[Key, int],
+    buckets: Mapping[Key, Bucket],
+    now: float,
+    host: str,
+    most: int,
+) -> int:
+    """How many jobs of these needs could start now, at most ``most``: a broker reads no
+    more of a group's waiting jobs than that."""
+    fits = most
+    for name, partition, cost in needs:
+        limit = limits.get(name)
+        if limit is None:
+            return 0
+        key = key_of(limit, name, partition, host)
+        if limit.concurrency is not None:
+            fits = min(fits, (limit.concurrency - in_use.get(key, 0)) // cost)
+        if limit.rate is not None:
+            fits = min(fits, int((refill(buckets.get(key), limit, now).tokens + 1e-9) // cost))
+    return max(fits, 0)
 
 
 def refill(bucket: Bucket | None, limit: Limit, now: float) -> Bucket:

@@ -16,6 +16,7 @@ import pytest
 
 from sluicegate import App, JobState
 from sluicegate.brokers import Retention
+from sluicegate.brokers.base import ClaimBatch
 from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.brokers.sqlite import SQLiteBroker
 from sluicegate.errors import BrokerUnavailable
@@ -344,11 +345,11 @@ class FailingClaims(MemoryBroker):
     failing: str | None = None
 
     def claim(
-        self, queues: Sequence[str], n: int, lease: float, worker_id: str
-    ) -> list[ClaimedJob]:
+        self, queues: Sequence[str], n: int, lease: float, worker_id: str, host: str = ""
+    ) -> ClaimBatch:
         if self.failing in queues:
             raise BrokerUnavailable(f"claim of {self.failing} failed")
-        return super().claim(queues, n, lease, worker_id)
+        return super().claim(queues, n, lease, worker_id, host)
 
 
 def test_weighted_claim_failing_midway_still_dispatches_what_it_claimed() -> None:

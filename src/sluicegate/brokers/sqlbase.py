@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, ClassVar, TypeVar
 
-from ..codec import loads
+from ..codec import dumps, loads
 from ..errors import ConfigError
 from ..job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobState
-from ..limits import decode_needs
+from ..limits import Bucket, Key, Limit, decode_needs
 from ..outcomes import Outcome
 from .base import Broker, QueueStats, RecordBatch, Stats, refusal, unique_key_taken
 from .sqlfiles import JOB_COLUMNS, Migration, Query, Value, load_migrations, load_queries
@@ -128,6 +128,61 @@ def fold_stats(
     return Stats(
         {q: QueueStats(c, max(0.0, float(age_of.get(q) or 0.0))) for q, c in per_queue.items()}
     )
+
+
+class LimitRows:
+    """Limits, held tokens and buckets from the rows of the named limit queries, by
+    column name; a limit row becomes a ``Limit`` once per distinct row, not per claim."""
+
+    def __init__(self, queries: Mapping[str, Query]) -> None:
+        self._limits = queries["limit_rows"]
+        self._held = queries["held_needs"]
+        self._buckets = queries["bucket_rows"]
+        self._waiting = queries["waiting_groups"]
+        self._made: dict[tuple[Any, ...], Limit] = {}
+
+    def limits(self, rows: Iterable[Row]) -> tuple[dict[str, Limit], frozenset[str]]:
+        at = self._limits.at
+        fields = itemgetter(*(at[c] for c in ("name", "concurrency", "rate", "burst", "scope",
+                                             "partition_by")))  # fmt: skip
+        out: dict[str, Limit] = {}
+        overridden = set()
+        for row in rows:
+            values = fields(row)
+            limit = self._made.get(values)
+            if limit is None:
+                limit = self._made[values] = Limit(*values)
+            out[limit.name] = limit
+            if row[at["overridden"]]:
+                overridden.add(limit.name)
+        return out, frozenset(overridden)
+
+    def held(self, rows: Iterable[Row]) -> list[tuple[str, str | None, str | None, int]]:
+        pick = itemgetter(*(self._held.at[c] for c in ("name", "part", "host", "cost")))
+        return [(n, p, h, int(c)) for n, p, h, c in map(pick, rows)]
+
+    def buckets(self, rows: Iterable[Row]) -> dict[Key, Bucket]:
+        pick = itemgetter(*(self._buckets.at[c] for c in ("name", "part", "host", "tokens", "at")))
+        return {(n, p, h): Bucket(t, a) for n, p, h, t, a in map(pick, rows)}
+
+    def waiting(self, rows: Iterable[Row]) -> list[tuple[str, int, float]]:
+        pick = itemgetter(*(self._waiting.at[c] for c in ("limits", "jobs", "oldest")))
+        return [(text, int(jobs), float(oldest)) for text, jobs, oldest in map(pick, rows)]
+
+
+def limit_params(limit: Limit) -> dict[str, Any]:
+    """A limit's columns, and its declaration as JSON (kept for ``reset_limit``)."""
+    return {
+        "name": limit.name,
+        "concurrency": limit.concurrency,
+        "rate": limit.rate,
+        "burst": limit.burst,
+        "scope": limit.scope,
+        "partition_by": limit.partition,
+        "declared": dumps(
+            {"concurrency": limit.concurrency, "rate": limit.rate, "burst": limit.burst}
+        ),
+    }
 
 
 class UrlOptions:

@@ -6,7 +6,7 @@ line on stderr and exit 2 (bad input) or 1 (e.g. no such job); no tracebacks.
 
 One module per concern: ``common`` (the --broker option, error handling, opening the app,
 JSON arguments, retention options), ``cmd_worker`` (worker, tasks), ``cmd_jobs`` (enqueue,
-jobs ...), ``cmd_ops`` (stats, prune, migrate, demo). This module builds the group.
+jobs ...), ``cmd_limits`` (limits list|set|reset), ``cmd_ops`` (stats, prune, migrate, demo). This module builds the group.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import click
 
 from .cmd_jobs import enqueue, jobs, jobs_cancel, jobs_list, jobs_retry, jobs_show
+from .cmd_limits import limits
 from .cmd_ops import demo, migrate, prune, stats
 from .cmd_worker import tasks, worker
 from .common import (
@@ -42,6 +43,7 @@ __all__ = [
     "jobs_list",
     "jobs_retry",
     "jobs_show",
+    "limits",
     "load_configured_app",
     "main",
     "make_retention",
@@ -67,5 +69,5 @@ def main(broker_url: str | None) -> None:
     """
 
 
-for _command in (worker, tasks, enqueue, jobs, stats, prune, migrate, demo):
+for _command in (worker, tasks, enqueue, jobs, limits, stats, prune, migrate, demo):
     main.add_command(_command)

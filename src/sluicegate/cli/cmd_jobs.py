@@ -10,6 +10,8 @@ from rich.table import Table
 
 from ..errors import ConfigError, SerializationError
 from ..job import Job, JobState
+from ..limit_report import needs_text, waiting_for
+from ..limits import local_host
 from .common import broker_option, friendly_errors, open_app, parse_json
 
 
@@ -22,6 +24,7 @@ from .common import broker_option, friendly_errors, open_app, parse_json
 @click.option("--priority", type=int, help="Lower runs first within a queue (default 0).")
 @click.option("--unique-key", help="While a job with this key is unfinished, return it instead.")
 @click.option("--max-attempts", type=int, help="Attempts before the job is dead.")
+@click.option("--limit-key", help="Partition of the task's partitioned limits (with --app).")
 @click.option(
     "--app", "app_target", metavar="MODULE:APP", help="Apply the task's own queue and options."
 )
@@ -36,6 +39,7 @@ def enqueue(
     priority: int | None,
     unique_key: str | None,
     max_attempts: int | None,
+    limit_key: str | None,
     app_target: str | None,
     broker_url: str | None,
 ) -> None:
@@ -53,6 +57,7 @@ def enqueue(
             priority=priority,
             unique_key=unique_key,
             max_attempts=max_attempts,
+            limit_key=limit_key,
         )
     except SerializationError as exc:
         raise ConfigError(str(exc)) from None
@@ -111,8 +116,11 @@ def jobs_list(
 @friendly_errors
 def jobs_show(job_id: int, as_json: bool, broker_url: str | None) -> None:
     """Show one job, with its last error and traceback."""
-    job = open_app(broker_url).get_job(job_id)
+    app = open_app(broker_url)
+    job = app.get_job(job_id)
     data = job.to_dict()
+    if job.limits and job.state is JobState.READY:  # read from the broker now, not stored
+        data["waiting_for"] = waiting_for(job, app.broker.limit_figures(), local_host())
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -122,6 +130,12 @@ def jobs_show(job_id: int, as_json: bool, broker_url: str | None) -> None:
             console.print(f"[bold]last_error[/]: {value['type']}: {value['message']}")
             if value.get("traceback"):
                 console.print(value["traceback"], markup=False, highlight=False)
+        elif key == "limits":
+            if value:
+                console.print(f"[bold]limits[/]: {needs_text(job.limits)}", highlight=False)
+        elif key == "waiting_for":
+            reason = value or "no limit: every limit it names has room (waiting for a slot)"
+            console.print(f"[bold]waiting_for[/]: {reason}", highlight=False)
         else:
             console.print(f"[bold]{key}[/]: {json.dumps(value)}", highlight=False)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -26,6 +25,7 @@ from ..brokers import Broker, Retention
 from ..codec import DEFAULT_PAYLOAD_LIMIT
 from ..errors import ConfigError
 from ..job import Claim
+from ..limits import local_host
 from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools
 from .routing import check_tasks_fit
 from .services.backoff import Backoff
@@ -33,6 +33,7 @@ from .services.base import Counters, Service
 from .services.claimer import Claimer
 from .services.dispatch import Dispatcher
 from .services.leases import LeaseKeeper
+from .services.limits import LimitRegistrar
 from .services.pruner import Pruner
 from .services.recoverer import Recoverer
 from .services.results import ResultWriter
@@ -47,7 +48,7 @@ IDLE_WAIT = 3600.0  # the longest sleep when no service has anything scheduled
 
 def new_worker_id() -> str:
     """Unique per process start: host and pid for humans, random suffix for uniqueness."""
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return f"{local_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 class Worker:
@@ -77,6 +78,7 @@ class Worker:
         check_tasks_fit(app, [p.spec for p in self.pools], broker.supports_transactions)
         self.burst = burst
         self.worker_id = worker_id or new_worker_id()
+        self.host = local_host()  # host-scoped limits count the jobs of this host
         self.counters = counters = Counters()
         self.backoff = backoff = Backoff()
         self._wake = threading.Event()
@@ -99,6 +101,7 @@ class Worker:
                 self.dispatcher.dispatch,
                 lease=lease,
                 worker_id=self.worker_id,
+                host=self.host,
                 poll_interval=poll_interval,
                 backoff=backoff,
             )
@@ -119,10 +122,13 @@ class Worker:
         self.recoverer = Recoverer(broker, lease, counters, backoff)
         # Retention of finished jobs; None (the default for embedded use) keeps them all.
         self.pruner = Pruner(broker, retention, prune_interval) if retention else None
-        # The order of a turn: collect finished jobs, shut down, claim, write, maintain.
+        self.registrar = LimitRegistrar(broker, list(app.limits.values()), backoff)
+        # The order of a turn: collect finished jobs, shut down, register the limits
+        # (once), claim, write, maintain.
         self.services += [
             self.dispatcher,
             self.shutdown,
+            self.registrar,
             *self.claimers,
             self.results,
             self.leases,

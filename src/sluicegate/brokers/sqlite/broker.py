@@ -19,14 +19,34 @@ from typing import Any
 from ...codec import dumps, loads
 from ...errors import ConfigError
 from ...job import Claim, ClaimedJob, Job, JobId, JobSpec, JobState, in_claim_order
+from ...limits import (
+    Candidate,
+    Limit,
+    Need,
+    admit,
+    decode_needs,
+    in_use_of,
+    local_host,
+    room,
+)
 from ...outcomes import Failed
-from ..base import RecordBatch, Recovery, Stats
+from ..base import ClaimBatch, LimitFigures, RecordBatch, Recovery, Stats, unknown_limit
 from ..doorbell import open_doorbell
-from ..sqlbase import Row, SQLBroker, UrlOptions, fold_stats, matched
+from ..sqlbase import (
+    LimitRows,
+    Row,
+    SQLBroker,
+    UrlOptions,
+    fold_stats,
+    limit_params,
+    matched,
+)
 from ..sqlfiles import JOB_COLUMNS
 from ..wakeups import Subscribers
 from .connections import SYNC_MODES, Connections, parse_sqlite_url
 from .watch import Watcher
+
+MAX_GROUPS = 1000  # groups of equal needs a claim visits per queue (see gated_groups)
 
 
 def job_columns(table: str) -> str:
@@ -50,6 +70,7 @@ class SQLiteBroker(SQLBroker):
         self.poll_interval = options.number("poll_interval", 0.005, float, above=0)
         self._clock = clock
         self._load_queries({"job_columns": job_columns})
+        self._limit_rows = LimitRows(self._queries)
         at = self._queries["ready_of_queue"].at
         self._claim_order = itemgetter(at["priority"], at["run_at"], at["id"])
         self._db = Connections(self.path, sync, busy_ms)
@@ -96,6 +117,7 @@ class SQLiteBroker(SQLBroker):
                     spec.max_attempts,
                     spec.unique_key,
                     now,
+                    spec.limits,
                 )
             )
         ids: list[int] = [0] * len(specs)
@@ -128,9 +150,8 @@ class SQLiteBroker(SQLBroker):
         # Built after commit, outside the write lock. Decoded from what was stored, so the
         # caller's own objects (tuples, lists mutated later) never leak into the result.
         jobs = []
-        for i, (queue, task, args, kwargs, state, priority, run_at, attempts, key, _) in enumerate(
-            rows
-        ):
+        for i, row in enumerate(rows):
+            queue, task, args, kwargs, state, priority, run_at, attempts, key, _, needs = row
             if i in existing:
                 jobs.append(existing[i])
                 continue
@@ -147,32 +168,42 @@ class SQLiteBroker(SQLBroker):
                     run_at=run_at,
                     enqueued_at=now,
                     unique_key=key,
+                    limits=decode_needs(needs),
                 )
             )
         return jobs
 
     # ---- hot path -------------------------------------------------------
     def claim(
-        self, queues: Sequence[str], n: int, lease: float, worker_id: str
-    ) -> list[ClaimedJob]:
+        self, queues: Sequence[str], n: int, lease: float, worker_id: str, host: str = ""
+    ) -> ClaimBatch:
         if n <= 0 or not queues:
-            return []
+            return ClaimBatch()
         with self._db.write(relaxed=True) as conn:
-            return self._claim_in(conn, queues, n, lease, worker_id)
+            return self._claim_in(conn, queues, n, lease, worker_id, host or local_host())
 
     def _claim_in(
-        self, conn: sqlite3.Connection, queues: Sequence[str], n: int, lease: float, worker_id: str
-    ) -> list[ClaimedJob]:
+        self,
+        conn: sqlite3.Connection,
+        queues: Sequence[str],
+        n: int,
+        lease: float,
+        worker_id: str,
+        host: str,
+    ) -> ClaimBatch:
         """Promote due jobs, then claim: one queue in one statement; several by reading
         each queue's first ``n`` ready jobs (an index range each), taking the first ``n``
-        of them all in claim order, and claiming those by id."""
+        of them all in claim order, and claiming those by id. When jobs that name limits
+        wait in these queues, ``_claim_gated`` admits them instead."""
         q = self._queries
         token = secrets.randbits(62)
         now = self._clock()
         conn.execute(q["promote_due"], {"now": now})
         params: dict[str, Any] = {"n": n, "token": token, "now": now, "lease": lease}
-        params["worker"] = worker_id
+        params["worker"], params["host"] = worker_id, host
         wanted = list(dict.fromkeys(queues))
+        if conn.execute(q["probe_gated"], {"queues": dumps(wanted)}).fetchone() is not None:
+            return self._claim_gated(conn, wanted, n, params)
         if len(wanted) == 1:
             name, params["queue"] = "claim_queue", wanted[0]
         else:
@@ -183,7 +214,60 @@ class SQLiteBroker(SQLBroker):
             at_id = q["ready_of_queue"].at["id"]
             name, params["ids"] = "claim_ids", dumps([r[at_id] for r in candidates[:n]])
         read = self._jobs[name]
-        return in_claim_order([read.claimed(r, token) for r in conn.execute(q[name], params)])
+        return ClaimBatch(
+            in_claim_order([read.claimed(r, token) for r in conn.execute(q[name], params)])
+        )
+
+    def _claim_gated(
+        self, conn: sqlite3.Connection, wanted: list[str], n: int, params: dict[str, Any]
+    ) -> ClaimBatch:
+        """Admit jobs that name limits, within the claim's write transaction (SQLite has
+        one writer at a time, so the tokens read here cannot change before the commit).
+
+        Reads the limits, the tokens held (from held jobs' needs) and the buckets; then,
+        per queue, the ready jobs without limits and the heads of each group of equal
+        needs, only as many per group as could start (and one more); ``admit`` picks in
+        claim order."""
+        q, rows = self._queries, self._limit_rows
+        now, host = params["now"], params["host"]
+        limits, _ = rows.limits(conn.execute(q["limit_rows"]))
+        in_use = in_use_of(rows.held(conn.execute(q["held_needs"])), host, limits)
+        buckets = rows.buckets(conn.execute(q["bucket_rows"]))
+        candidates: list[Row] = []
+        for queue in wanted:
+            candidates += conn.execute(q["ready_of_queue"], {"queue": queue, "n": n})
+            groups = conn.execute(q["gated_groups"], {"queue": queue, "groups": MAX_GROUPS})
+            for (text,) in groups.fetchall():
+                fits = room(decode_needs(text), limits, in_use, buckets, now, host, n)
+                # one more than could start: admit then sees the group wait, and says when
+                heads = {"queue": queue, "limits": text, "n": min(n, fits + 1)}
+                candidates += conn.execute(q["gated_heads"], heads)
+        candidates.sort(key=self._claim_order)
+        at = q["ready_of_queue"].at
+        id_at, needs_at = at["id"], at["limits"]
+        needs_of: dict[str | None, tuple[Need, ...]] = {None: ()}
+        for r in candidates:
+            if r[needs_at] not in needs_of:
+                needs_of[r[needs_at]] = decode_needs(r[needs_at])
+        admission = admit(
+            (Candidate(r[id_at], needs_of[r[needs_at]]) for r in candidates),
+            n,
+            limits,
+            in_use,
+            buckets,
+            now,
+            host,
+        )
+        claimed: list[ClaimedJob] = []
+        if admission.ids:
+            params["ids"] = dumps(admission.ids)
+            read, token = self._jobs["claim_ids"], params["token"]
+            claimed = [read.claimed(r, token) for r in conn.execute(q["claim_ids"], params)]
+        if admission.buckets:
+            conn.executemany(
+                q["save_bucket"], [(*key, b.tokens, b.at) for key, b in admission.buckets.items()]
+            )
+        return ClaimBatch(in_claim_order(claimed), admission.retry_in)
 
     def has_work(self, queues: Sequence[str]) -> bool:
         params = {"queues": dumps(list(queues)), "now": self._clock()}
@@ -262,6 +346,50 @@ class SQLiteBroker(SQLBroker):
         if requeued:
             self._announce()
         return Recovery(requeued=requeued, dead=dead)
+
+    # ---- limits --------------------------------------------------------------
+    def register_limits(self, limits: Sequence[Limit]) -> None:
+        if not limits:
+            return
+        with self._db.write() as conn:
+            now = self._clock()
+            for limit in limits:
+                conn.execute(self._queries["register_limit"], {**limit_params(limit), "now": now})
+        self._announce()  # claimers held back by a limit that was missing look again
+
+    def set_limit(self, limit: Limit) -> None:
+        params = {**limit_params(limit), "now": self._clock()}
+        with self._db.write() as conn:
+            if conn.execute(self._queries["set_limit"], params).rowcount == 0:
+                known, _ = self._limit_rows.limits(conn.execute(self._queries["limit_rows"]))
+                raise unknown_limit(limit.name, known)
+        self._announce()
+
+    def reset_limit(self, name: str) -> Limit:
+        q = self._queries
+        with self._db.write() as conn:
+            row = conn.execute(q["declared_limit"], {"name": name}).fetchone()
+            if row is None:
+                known, _ = self._limit_rows.limits(conn.execute(q["limit_rows"]))
+                raise unknown_limit(name, known)
+            declared = loads(row[q["declared_limit"].at["declared"]])
+            conn.execute(q["reset_limit"], {"name": name, "now": self._clock(), **declared})
+            limits, _ = self._limit_rows.limits(conn.execute(q["limit_rows"]))
+        self._announce()
+        return limits[name]
+
+    def limit_figures(self) -> LimitFigures:
+        q, rows = self._queries, self._limit_rows
+        with self._db.read() as conn:
+            conn.execute("BEGIN")  # one snapshot for every figure
+            try:
+                limits, overridden = rows.limits(conn.execute(q["limit_rows"]))
+                held = rows.held(conn.execute(q["held_needs"]))
+                waiting = rows.waiting(conn.execute(q["waiting_groups"]))
+                buckets = rows.buckets(conn.execute(q["bucket_rows"]))
+            finally:
+                conn.execute("COMMIT")
+        return LimitFigures(limits, overridden, held, waiting, buckets, self._clock())
 
     # ---- operator actions -------------------------------------------------
     def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:

@@ -33,6 +33,7 @@ class Claimer(Service):
         *,
         lease: float,
         worker_id: str,
+        host: str = "",
         poll_interval: float = 1.0,
         backoff: Backoff | None = None,
     ) -> None:
@@ -41,12 +42,14 @@ class Claimer(Service):
         self.dispatch = dispatch  # starts a claimed job (or refuses it) before the next claim
         self.lease = lease
         self.worker_id = worker_id
+        self.host = host
         self.poll_interval = poll_interval
         self.backoff = backoff or Backoff()
         self.shares = Stride(pool.spec) if pool.spec.weights is not None else None
         self.halted = False  # shutting down: no more claims
         self.next_poll = 0.0
         self.next_due: float | None = None  # a scheduled job of the pool's queues comes due
+        self.limit_wait: float | None = None  # a job held back by a limit may start in (s)
         self.wake_gen = 0
 
     def start(self) -> None:
@@ -97,6 +100,7 @@ class Claimer(Service):
             probe = not pool.backlog and not self.broker.cheap_empty_claim
             claimed: list[ClaimedJob] = []
             trouble: Exception | None = None
+            self.limit_wait = None
             if not probe or self.broker.has_work(queues):
                 wanted = pool.free
                 claimed, trouble = self._claim(wanted)
@@ -110,6 +114,8 @@ class Claimer(Service):
                 # A wake-up that raced with this look keeps the pool looking.
                 pool.maybe_more = self.wake_gen != seen
                 due = self.broker.next_due(queues)
+                if self.limit_wait is not None:  # look again when a held-back job may start
+                    due = self.limit_wait if due is None else min(due, self.limit_wait)
         except Exception as exc:
             self.backoff.failed(exc)
             return None
@@ -148,7 +154,11 @@ class Claimer(Service):
     def _claim_from(self, queues: tuple[str, ...], wanted: int) -> list[ClaimedJob]:
         """Claim only: the turn's starts and outcomes are written after the new jobs are
         dispatched (by the result writer), so refilling a slot never waits for an ack's fsync."""
-        return self.broker.claim(queues, wanted, self.lease, self.worker_id)
+        batch = self.broker.claim(queues, wanted, self.lease, self.worker_id, self.host)
+        if batch.retry_in is not None:
+            wait = self.limit_wait
+            self.limit_wait = batch.retry_in if wait is None else min(wait, batch.retry_in)
+        return batch
 
 
 class Stride:

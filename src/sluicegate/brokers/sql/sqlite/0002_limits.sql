@@ -22,12 +22,12 @@ CREATE INDEX jobs_holding ON jobs (id)
 CREATE TABLE limits (
     name         TEXT    PRIMARY KEY,
     concurrency  INTEGER,             -- NULL: no concurrency bound
-    rate         REAL,                -- starts per second; NULL: no rate bound
+    rate         REAL,                -- starts per second, NULL: no rate bound
     burst        INTEGER,
     scope        TEXT    NOT NULL,    -- 'global' or 'host'
     partition_by TEXT,                -- the keyword argument it is partitioned by
     declared     TEXT    NOT NULL,    -- the values a worker last declared (JSON)
-    overridden   INTEGER NOT NULL DEFAULT 0,  -- 1: set by an operator; declarations keep out
+    overridden   INTEGER NOT NULL DEFAULT 0,  -- 1: set by an operator, declarations keep out
     updated_at   REAL    NOT NULL
 );
 

@@ -23,15 +23,15 @@ INSERT INTO schema_version (version, name, applied_at) VALUES (:version, :name, 
 
 -- name: insert_job
 INSERT INTO jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
-                  unique_key, enqueued_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                  unique_key, enqueued_at, limits)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_unique_job
 -- The conflict target is the partial unique index over unfinished jobs: its WHERE must
 -- match the index's, states in the same order.
 INSERT INTO jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
-                  unique_key, enqueued_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  unique_key, enqueued_at, limits)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ({unfinished})
 DO NOTHING;
 
@@ -48,24 +48,25 @@ UPDATE jobs SET state = {ready} WHERE state = {scheduled} AND run_at <= :now;
 -- One queue's ready jobs in claim order, read straight off the jobs_ready index (no sort,
 -- no finished rows): an index range of at most :n rows, so the cost does not grow with
 -- the backlog. Fencing: every claimed row gets this claim's token and charges an attempt.
--- claim_ids below sets the same columns.
+-- claim_ids below sets the same columns. Jobs that name limits are not in jobs_ready:
+-- they are claimed by id, after admission (see claim_gated in broker.py).
 UPDATE jobs
 SET state = {claimed}, attempts = attempts + 1, lease_token = :token,
     lease_expires_at = :now + :lease, worker_id = :worker
 WHERE id IN (
     SELECT id FROM jobs
-    WHERE state = {ready} AND queue = :queue
+    WHERE state = {ready} AND queue = :queue AND limits IS NULL
     ORDER BY priority, run_at, id
     LIMIT :n
 )
 RETURNING {job_columns};
 
 -- name: ready_of_queue
--- columns: id, priority, run_at
+-- columns: id, priority, run_at, limits
 -- A claim over several queues reads this once per queue (the same index range as
 -- claim_queue), takes the first :n of them all in claim order, and claims those by id.
-SELECT id, priority, run_at FROM jobs
-WHERE state = {ready} AND queue = :queue
+SELECT id, priority, run_at, limits FROM jobs
+WHERE state = {ready} AND queue = :queue AND limits IS NULL
 ORDER BY priority, run_at, id
 LIMIT :n;
 
@@ -75,9 +76,94 @@ LIMIT :n;
 -- ready job).
 UPDATE jobs
 SET state = {claimed}, attempts = attempts + 1, lease_token = :token,
-    lease_expires_at = :now + :lease, worker_id = :worker
+    lease_expires_at = :now + :lease, worker_id = :worker, host = :host
 WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = {ready}
 RETURNING {job_columns};
+
+-- name: probe_gated
+-- columns: found
+-- Is any ready job of these queues waiting on limits? (jobs_gated; empty when none is used)
+SELECT 1 AS found FROM jobs
+WHERE state = {ready} AND limits IS NOT NULL
+  AND queue IN (SELECT value FROM json_each(:queues))
+LIMIT 1;
+
+-- name: gated_groups
+-- columns: limits
+-- The distinct needs of one queue's ready limited jobs, one index seek each (a loose scan
+-- of jobs_gated), however many jobs wait behind each: at most :groups of them.
+WITH RECURSIVE g(needs) AS (
+    SELECT (SELECT limits FROM jobs
+            WHERE state = {ready} AND queue = :queue AND limits IS NOT NULL
+            ORDER BY limits LIMIT 1)
+    UNION ALL
+    SELECT (SELECT limits FROM jobs
+            WHERE state = {ready} AND queue = :queue AND limits > g.needs
+            ORDER BY limits LIMIT 1)
+    FROM g WHERE g.needs IS NOT NULL
+)
+SELECT needs AS limits FROM g WHERE needs IS NOT NULL LIMIT :groups;
+
+-- name: gated_heads
+-- columns: id, priority, run_at, limits
+-- The first :n jobs of one group of equal needs, in claim order (a jobs_gated range).
+SELECT id, priority, run_at, limits FROM jobs
+WHERE state = {ready} AND queue = :queue AND limits = :limits
+ORDER BY priority, run_at, id
+LIMIT :n;
+
+-- name: held_needs
+-- columns: name, part, host, cost
+-- Tokens in use, derived from the needs of every claimed and running job (jobs_holding).
+SELECT json_extract(e.value, '$[0]') AS name, json_extract(e.value, '$[1]') AS part,
+       j.host AS host, sum(json_extract(e.value, '$[2]')) AS cost
+FROM jobs AS j, json_each(j.limits) AS e
+WHERE j.state IN ({held}) AND j.limits IS NOT NULL
+GROUP BY 1, 2, 3;
+
+-- name: limit_rows
+-- columns: name, concurrency, rate, burst, scope, partition_by, overridden
+SELECT name, concurrency, rate, burst, scope, partition_by, overridden FROM limits;
+
+-- name: bucket_rows
+-- columns: name, part, host, tokens, at
+SELECT name, part, host, tokens, at FROM limit_buckets;
+
+-- name: save_bucket
+INSERT INTO limit_buckets (name, part, host, tokens, at) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (name, part, host) DO UPDATE SET tokens = excluded.tokens, at = excluded.at;
+
+-- name: register_limit
+-- A limit an operator set keeps its values; the declaration is kept for reset_limit.
+INSERT INTO limits (name, concurrency, rate, burst, scope, partition_by, declared, updated_at)
+VALUES (:name, :concurrency, :rate, :burst, :scope, :partition_by, :declared, :now)
+ON CONFLICT (name) DO UPDATE SET
+    concurrency = CASE WHEN overridden THEN concurrency ELSE excluded.concurrency END,
+    rate = CASE WHEN overridden THEN rate ELSE excluded.rate END,
+    burst = CASE WHEN overridden THEN burst ELSE excluded.burst END,
+    scope = excluded.scope, partition_by = excluded.partition_by,
+    declared = excluded.declared, updated_at = excluded.updated_at;
+
+-- name: set_limit
+UPDATE limits
+SET concurrency = :concurrency, rate = :rate, burst = :burst, overridden = 1, updated_at = :now
+WHERE name = :name;
+
+-- name: declared_limit
+-- columns: declared
+SELECT declared FROM limits WHERE name = :name;
+
+-- name: reset_limit
+UPDATE limits
+SET concurrency = :concurrency, rate = :rate, burst = :burst, overridden = 0, updated_at = :now
+WHERE name = :name;
+
+-- name: waiting_groups
+-- columns: limits, jobs, oldest
+-- Ready jobs per group of equal needs (jobs_gated: only jobs that wait on limits).
+SELECT limits, count(*) AS jobs, min(run_at) AS oldest FROM jobs
+WHERE state = {ready} AND limits IS NOT NULL
+GROUP BY limits;
 
 -- name: probe_ready
 -- columns: found
