@@ -31,8 +31,9 @@ The suite's fixtures are all built from ``broker_kind``: ``clock`` (a FakeClock)
 The suite in parts, each exporting its tests: ``helpers`` (the fixtures, and helpers such
 as ``spec``, ``put``, ``take`` and ``make_state`` for cases of your own), ``enqueue_claim``,
 ``record_lease`` (record, fencing, heartbeat and release), ``recovery_actions`` (recovery,
-cancel, retry), ``read_wakeups`` (read side, subscribe, reopening), ``races`` (threads and
-processes) and ``reference_model`` (random operations against the reference broker).
+cancel, retry), ``read_wakeups`` (read side, subscribe, reopening), ``limits`` (dependency
+limits: concurrency, rate, scope, partitions, overrides), ``races`` (threads and processes)
+and ``reference_model`` (random operations against the reference broker).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from __future__ import annotations
 from . import (
     enqueue_claim,
     helpers,
+    limits,
     races,
     read_wakeups,
     record_lease,
@@ -57,6 +59,7 @@ from .helpers import put as put
 from .helpers import spec as spec
 from .helpers import state as state
 from .helpers import take as take
+from .limits import *  # noqa: F403
 from .races import *  # noqa: F403
 from .read_wakeups import *  # noqa: F403
 from .record_lease import *  # noqa: F403
@@ -70,6 +73,7 @@ __all__ = [
     *record_lease.__all__,
     *recovery_actions.__all__,
     *read_wakeups.__all__,
+    *limits.__all__,
     *races.__all__,
     *reference_model.__all__,
 ]
