@@ -129,10 +129,11 @@ class App:
                 else:
                     found = read_task_settings(None if config is None else os.fspath(config))
                 apply_overrides(self, found)
-                self.limits.update(found.limits)  # the file's values win over the code's
-                self._settings = found
+                declared = {**self.limits, **found.limits}  # the file's win over the code's
                 for task in self.tasks.values():
-                    self._check_limits(task)
+                    self._check_limits(task, declared)
+                self.limits = declared
+                self._settings = found  # only once every check passed
             return self._settings
 
     # ---- limits ------------------------------------------------------------------
@@ -165,11 +166,14 @@ class App:
         self.limits[name] = limit
         return limit
 
-    def _check_limits(self, task: Task[Any, Any]) -> None:
+    def _check_limits(
+        self, task: Task[Any, Any], declared: Mapping[str, Limit] | None = None
+    ) -> None:
+        limits = self.limits if declared is None else declared
         for name, cost in task.options.costs:
-            limit = self.limits.get(name)
+            limit = limits.get(name)
             if limit is None:
-                known = ", ".join(sorted(self.limits)) or "none"
+                known = ", ".join(sorted(limits)) or "none"
                 raise ConfigError(
                     f"task {task.name!r} uses limit {name!r}, which is not declared: add "
                     f"app.limit({name!r}, ...) or [limits.{name}] to the settings file "
@@ -196,6 +200,14 @@ class App:
         """The job's needs: per limit its partition value (``limit_key``, else the
         argument the limit is partitioned by) and its cost."""
         needs: list[Need] = []
+        partitioned = {n for n, _ in task.options.costs if self.limits[n].partition is not None}
+        if limit_key is not None:
+            named = set(limit_key) if isinstance(limit_key, Mapping) else partitioned
+            if not partitioned or not named <= partitioned:
+                raise ConfigError(
+                    f"task {task.name!r}: limit_key names no partitioned limit of the task "
+                    f"(its partitioned limits: {', '.join(sorted(partitioned)) or 'none'})"
+                )
         for name, cost in task.options.costs:
             limit = self.limits[name]  # configure() checked that it exists
             part = None
@@ -320,7 +332,10 @@ class App:
         if task is not None and task.options.costs:
             needs = self._needs(task, args or (), kwargs or {}, o.limit_key)
         elif o.limit_key is not None:
-            raise ConfigError(f"task {name!r}: limit_key given, but it uses no partitioned limit")
+            raise ConfigError(
+                f"task {name!r}: limit_key names no partitioned limit of the task "
+                "(its partitioned limits: none)"
+            )
         return JobSpec(
             task=name,
             queue=defaults.queue if o.queue is None else o.queue,

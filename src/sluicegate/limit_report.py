@@ -17,6 +17,7 @@ from .job import Job, JobState
 from .limits import Candidate, admit, decode_needs, in_use_of, key_of, refill
 
 TOP_PARTITIONS = 10  # partitions shown per limit, busiest first
+NOT_REGISTERED = "not registered"  # the capacity shown for a limit jobs name but no worker declared
 
 
 @dataclass(slots=True)
@@ -84,7 +85,7 @@ def report(figures: LimitFigures) -> list[LimitLine]:
 
     def line(name: str) -> LimitLine:
         if name not in lines:
-            lines[name] = LimitLine(name, "not registered", "-", None, False)
+            lines[name] = LimitLine(name, NOT_REGISTERED, "-", None, False)
         return lines[name]
 
     for name, partition, host, cost in figures.held:

@@ -36,6 +36,9 @@ from .names import check_name, number_problem
 SCOPES = ("global", "host")
 DEFAULT_BURST = 1
 RECHECK = 0.5  # s: a claimer held back by a concurrency limit looks again this often
+# Unix times near 1.7e9 resolve to ~2.4e-7 s: a token due within a microsecond counts
+# as here, or a claimer told to come back when it is due could find it a hair short.
+CLOCK_SLACK = 1e-6
 HOST_ENV = "SLUICEGATE_HOST"
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
@@ -70,7 +73,10 @@ def format_rate(per_second: float) -> str:
         count = per_second * window
         if count >= 1 and math.isclose(count, round(count), rel_tol=1e-9):
             return f"{round(count)}/{unit}"
-    return f"{per_second:.6g}/s"
+    text = f"{per_second:.6g}"
+    if "e" in text:  # no exponents: parse_rate reads this back
+        text = f"{per_second:.12f}".rstrip("0").rstrip(".")
+    return f"{text}/s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +181,8 @@ def check_task_limits(value: object) -> tuple[tuple[str, int], ...]:
     if isinstance(value, Mapping):
         pairs = list(value.items())
     elif isinstance(value, list | tuple | set | frozenset):
-        pairs = [(name, 1) for name in value]
+        # names, or (name, cost) pairs: the form TaskOptions keeps them in
+        pairs = [tuple(item) if isinstance(item, tuple) else (item, 1) for item in value]
     else:
         raise ConfigError(f"limits must be a list of limit names or a mapping, not {value!r}")
     out: dict[str, int] = {}
@@ -305,8 +312,8 @@ def admit(
             bucket = None
             if limit.rate is not None:
                 bucket = refill(out.buckets.get(key) or buckets.get(key), limit, now)
-                if bucket.tokens + 1e-9 < cost:
-                    wait = (cost - bucket.tokens) / limit.rate
+                wait = (cost - bucket.tokens) / limit.rate
+                if wait > CLOCK_SLACK:  # a token due within the clock's resolution is here
                     reason = (
                         f"limit {label}: rate {format_rate(limit.rate)}, next start in {wait:.3g} s"
                     )
@@ -345,7 +352,8 @@ def room(
         if limit.concurrency is not None:
             fits = min(fits, (limit.concurrency - in_use.get(key, 0)) // cost)
         if limit.rate is not None:
-            fits = min(fits, int((refill(buckets.get(key), limit, now).tokens + 1e-9) // cost))
+            tokens = refill(buckets.get(key), limit, now).tokens + limit.rate * CLOCK_SLACK
+            fits = min(fits, int(tokens // cost))
     return max(fits, 0)
 
 

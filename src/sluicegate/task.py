@@ -233,7 +233,8 @@ class Task(Generic[P, R]):
 
     def argument(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """The value the call would bind to parameter ``name`` (a partition key), or
-        ``MISSING``: a keyword argument, else a positional one matched by the signature."""
+        ``MISSING``: a keyword argument, else a positional one matched by the signature,
+        else the parameter's default."""
         if name in kwargs:
             return kwargs[name]
         if self._signature is None:
@@ -242,6 +243,7 @@ class Task(Generic[P, R]):
             bound = self._signature.bind_partial(*args, **kwargs)
         except TypeError:
             return MISSING
+        bound.apply_defaults()
         return bound.arguments.get(name, MISSING)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:

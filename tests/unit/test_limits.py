@@ -438,9 +438,19 @@ def partitioned(app: App) -> Any:
     app.limit("db", concurrency=5)
 
     @app.task(limits=["mail", "quota", "db"])
-    def send(to: str, account: Any = None, *, tenant: str = "") -> None: ...
+    def send(to: str, account: Any, *, tenant: str) -> None: ...
 
     return send
+
+
+def test_a_partition_parameter_left_out_takes_its_default(app: App) -> None:
+    app.limit("mail", concurrency=1, partition="account")
+
+    @app.task(limits=["mail"])
+    def send(to: str, account: str = "shared") -> None: ...
+
+    assert parts(send.enqueue("a@b")) == {"mail": "shared"}
+    assert parts(send.enqueue("a@b", "acct-1")) == {"mail": "acct-1"}
 
 
 def parts(job: Any) -> dict[str, str | None]:
@@ -496,8 +506,11 @@ def test_limit_key_on_a_task_without_limits_is_an_error(app: App) -> None:
 
     with pytest.raises(ConfigError) as err:
         plain.with_options(limit_key="k").enqueue()
-    assert str(err.value) == "task 'plain': limit_key given, but it uses no partitioned limit"
-    with pytest.raises(ConfigError, match="uses no partitioned limit"):
+    assert str(err.value) == (
+        "task 'plain': limit_key names no partitioned limit of the task "
+        "(its partitioned limits: none)"
+    )
+    with pytest.raises(ConfigError, match="limit_key names no partitioned limit"):
         app.enqueue("not_registered_here", limit_key="k")
     assert app.broker.list_jobs() == []
 
@@ -508,7 +521,7 @@ def test_limit_key_on_a_task_without_partitioned_limits_is_an_error(app: App) ->
     @app.task(limits=["db"])
     def query() -> None: ...
 
-    with pytest.raises(ConfigError, match="uses no partitioned limit"):
+    with pytest.raises(ConfigError, match="limit_key names no partitioned limit"):
         query.with_options(limit_key="k").enqueue()
     assert app.broker.list_jobs() == []
 

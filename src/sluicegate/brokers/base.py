@@ -312,6 +312,12 @@ class Broker(ABC):
         the broker can see them. Returns a function that unsubscribes.
         """
 
+    @abstractmethod
+    def wake_claimers(self) -> None:
+        """Wake the claimers of every worker on this broker, here and elsewhere: tokens
+        of a limit came back (jobs that named it finished), so jobs held back may start.
+        Workers also look again every 0.5 s; this makes the hand-over prompt."""
+
     def wakeups_healthy(self) -> bool:
         """True while ``subscribe`` sees every commit that makes work claimable (a live
         LISTEN connection, a doorbell): workers then need their safety poll only rarely."""

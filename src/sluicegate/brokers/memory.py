@@ -436,6 +436,9 @@ class MemoryBroker(Broker):
             }
         )
 
+    def wake_claimers(self) -> None:
+        self._subscribers.notify_local()
+
     def wakeups_healthy(self) -> bool:
         return True  # one process: every write notifies its subscribers at once
 

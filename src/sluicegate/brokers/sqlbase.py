@@ -270,6 +270,9 @@ class SQLBroker(Broker):
         self._subscribers.notify_local()
         self._ring_others()
 
+    def wake_claimers(self) -> None:
+        self._announce()
+
     def _ring_others(self) -> None:
         """Wake other processes, for a dialect that cannot do so in the write's own SQL."""
 

@@ -6,6 +6,7 @@ import json
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ConfigError, SerializationError
@@ -132,10 +133,10 @@ def jobs_show(job_id: int, as_json: bool, broker_url: str | None) -> None:
                 console.print(value["traceback"], markup=False, highlight=False)
         elif key == "limits":
             if value:
-                console.print(f"[bold]limits[/]: {needs_text(job.limits)}", highlight=False)
+                console.print(f"[bold]limits[/]: {escape(needs_text(job.limits))}", highlight=False)
         elif key == "waiting_for":
             reason = value or "no limit: every limit it names has room (waiting for a slot)"
-            console.print(f"[bold]waiting_for[/]: {reason}", highlight=False)
+            console.print(f"[bold]waiting_for[/]: {escape(reason)}", highlight=False)
         else:
             console.print(f"[bold]{key}[/]: {json.dumps(value)}", highlight=False)
 

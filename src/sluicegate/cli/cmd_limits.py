@@ -7,11 +7,12 @@ import json
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..brokers.base import unknown_limit
 from ..errors import ConfigError
-from ..limit_report import report
+from ..limit_report import NOT_REGISTERED, report
 from ..limits import Limit, parse_rate
 from .common import broker_option, friendly_errors, open_app
 
@@ -36,19 +37,20 @@ def limits_list(as_json: bool, broker_url: str | None) -> None:
     table = Table("limit", "capacity", "scope", "in use", "waiting", "oldest wait (s)", "set by")
     for line in lines:
         partition = f" per {line['partition']}" if line["partition"] else ""
+        registered = line["capacity"] != NOT_REGISTERED
         table.add_row(
-            line["name"],
+            escape(line["name"]),
             line["capacity"] + partition,
             line["scope"],
             str(line["in_use"]),
             str(line["waiting"]),
             f"{line['oldest_wait_s']:.1f}",
-            "operator" if line["set_by_operator"] else "workers",
+            ("operator" if line["set_by_operator"] else "workers") if registered else "-",
         )
         for part in line["partitions"]:
             tokens = f" (tokens {part['tokens']:.2f})" if "tokens" in part else ""
             table.add_row(
-                f"  {part['key']}",
+                f"  {escape(str(part['key']))}",
                 tokens.strip(),
                 "",
                 str(part["in_use"]),

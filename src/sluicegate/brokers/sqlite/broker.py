@@ -71,6 +71,7 @@ class SQLiteBroker(SQLBroker):
         self._clock = clock
         self._load_queries({"job_columns": job_columns})
         self._limit_rows = LimitRows(self._queries)
+        self._group_cursor: dict[str, str] = {}  # queue -> where the next group scan starts
         at = self._queries["ready_of_queue"].at
         self._claim_order = itemgetter(at["priority"], at["run_at"], at["id"])
         self._db = Connections(self.path, sync, busy_ms)
@@ -236,8 +237,7 @@ class SQLiteBroker(SQLBroker):
         candidates: list[Row] = []
         for queue in wanted:
             candidates += conn.execute(q["ready_of_queue"], {"queue": queue, "n": n})
-            groups = conn.execute(q["gated_groups"], {"queue": queue, "groups": MAX_GROUPS})
-            for (text,) in groups.fetchall():
+            for text in self._groups(conn, queue):
                 fits = room(decode_needs(text), limits, in_use, buckets, now, host, n)
                 # one more than could start: admit then sees the group wait, and says when
                 heads = {"queue": queue, "limits": text, "n": min(n, fits + 1)}
@@ -268,6 +268,23 @@ class SQLiteBroker(SQLBroker):
                 q["save_bucket"], [(*key, b.tokens, b.at) for key, b in admission.buckets.items()]
             )
         return ClaimBatch(in_claim_order(claimed), admission.retry_in)
+
+    def _groups(self, conn: sqlite3.Connection, queue: str) -> list[str]:
+        """At most MAX_GROUPS groups of equal needs of ``queue``. With more than that, each
+        claim goes on where the last one stopped (wrapping round), so every group is
+        visited in turn and none waits for good behind a thousand full ones."""
+        query = self._queries["gated_groups"]
+        after = self._group_cursor.pop(queue, "")
+        texts = [
+            r[0]
+            for r in conn.execute(query, {"queue": queue, "groups": MAX_GROUPS, "after": after})
+        ]
+        if len(texts) == MAX_GROUPS:
+            self._group_cursor[queue] = texts[-1]
+        elif after:  # wrap round to the first groups, up to the ones already read
+            more = {"queue": queue, "groups": MAX_GROUPS - len(texts), "after": ""}
+            texts += [r[0] for r in conn.execute(query, more) if r[0] <= after]
+        return texts
 
     def has_work(self, queues: Sequence[str]) -> bool:
         params = {"queues": dumps(list(queues)), "now": self._clock()}

@@ -95,6 +95,8 @@ class Dispatcher(Service):
         self.counters.claimed += 1
         claim = claimed.claim
         self.leases.hold([claim])
+        if claimed.job.limits:
+            self.results.holds_tokens(claim)
         task = self.app.tasks.get(claimed.job.task)
         if claimed.problem is not None or task is None:
             reason = claimed.problem or f"unknown task {claimed.job.task!r}"

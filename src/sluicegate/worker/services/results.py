@@ -38,6 +38,12 @@ class ResultWriter(Service):
         self.on_lost = on_lost  # told of each claim whose outcome the broker refused
         self._started: collections.deque[Claim] = collections.deque()  # any thread appends
         self._pending: list[Outcome] = []  # the loop's thread only
+        self._limited: set[Claim] = set()  # held claims of jobs that name limits
+
+    def holds_tokens(self, claim: Claim) -> None:
+        """This claim's job took tokens of a limit: once its outcome is written, the
+        tokens are back, and every worker's claimers are woken to use them."""
+        self._limited.add(claim)
 
     # ---- filling the buffers -----------------------------------------------------
     def started(self, claim: Claim) -> None:
@@ -50,6 +56,7 @@ class ResultWriter(Service):
     def settled(self, outcome: Settled) -> None:
         """A transactional task already committed its ack (or found its lease lost)."""
         self.leases.drop([outcome.claim])
+        self._free_tokens([outcome.claim])
         if outcome.lease_lost:
             self.counters.lease_lost += 1
             log.warning(
@@ -107,9 +114,21 @@ class ResultWriter(Service):
     def drained(self) -> bool:
         return not self.unwritten
 
+    def _free_tokens(self, claims: list[Claim]) -> None:
+        if not self._limited:
+            return
+        freed = self._limited.intersection(claims)
+        if freed:
+            self._limited -= freed
+            try:
+                self.broker.wake_claimers()
+            except Exception:  # a missed wake-up costs a 0.5 s recheck, never a job
+                log.debug("waking claimers failed", exc_info=True)
+
     def _recorded(self, outcomes: list[Outcome], lost: list[Claim]) -> None:
         self.leases.drop(o.claim for o in outcomes)
         self.leases.drop(lost)  # a refused start: no longer ours to renew
+        self._free_tokens([*(o.claim for o in outcomes), *lost])
         lost_set = set(lost)
         for outcome in outcomes:
             if outcome.claim in lost_set:

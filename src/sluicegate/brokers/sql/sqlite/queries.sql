@@ -90,11 +90,12 @@ LIMIT 1;
 
 -- name: gated_groups
 -- columns: limits
--- The distinct needs of one queue's ready limited jobs, one index seek each (a loose scan
--- of jobs_gated), however many jobs wait behind each: at most :groups of them.
+-- The distinct needs of one queue's ready limited jobs after :after (in text order), one
+-- index seek each (a loose scan of jobs_gated), however many jobs wait behind each: at
+-- most :groups of them.
 WITH RECURSIVE g(needs) AS (
     SELECT (SELECT limits FROM jobs
-            WHERE state = {ready} AND queue = :queue AND limits IS NOT NULL
+            WHERE state = {ready} AND queue = :queue AND limits > :after
             ORDER BY limits LIMIT 1)
     UNION ALL
     SELECT (SELECT limits FROM jobs

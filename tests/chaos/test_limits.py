@@ -1,0 +1,224 @@
+"""Limits enforced across real worker processes, measured by what the tasks saw.
+
+Each task records the start and end of its body; the most that ran at once is computed
+from those spans, never from the broker. On SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import limitsapp
+import pytest
+from sg_brokers import over_brokers
+from sg_harness import Fleet, counts, wait_for
+
+from sluicegate import App, JobState
+
+pytestmark = over_brokers
+
+WORKERS = 4
+SLOTS = 8
+POOL = f"lim=lim:{SLOTS}"
+APP = "limitsapp:app"
+
+
+@pytest.fixture
+def app(db_url: str) -> Iterator[App]:
+    """The limits app itself as the producer: it stamps each job with its limits."""
+    limitsapp.app.use_broker(db_url)
+    yield limitsapp.app
+    limitsapp.app.close()
+
+
+@pytest.fixture
+def spans_db(tmp_path: Path) -> str:
+    path = str(tmp_path / "spans.db")
+    limitsapp.create_spans_db(path)
+    return path
+
+
+def most_at_once(spans: list[tuple[Any, ...]]) -> int:
+    """The most runs whose [start, stop) overlapped, from finished spans."""
+    events = []
+    for *_, start, stop in spans:
+        if stop is not None:
+            events += [(start, 1), (stop, -1)]
+    running = peak = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):  # ends before starts
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def drain(app: App, fleet: Fleet, total: int, timeout: float = 90, **options: Any) -> None:
+    workers = [fleet.start([POOL], app=APP, **options) for _ in range(WORKERS)]
+    wait_for(
+        lambda: counts(app.broker, "lim")["succeeded"] == total,
+        timeout=timeout,
+        what=lambda: f"{total} jobs to succeed: {counts(app.broker, 'lim')}\n{fleet.logs()}",
+    )
+    for worker in workers:
+        worker.send(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait(30) == 0, worker.log()
+
+
+def test_global_limit_across_worker_processes(app: App, fleet: Fleet, spans_db: str) -> None:
+    """4 workers x 8 slots under a global concurrency limit of 3: exactly 3 at once."""
+    limitsapp.global_limited.enqueue_many([spans_db, 0.15] for _ in range(40))
+    drain(app, fleet, 40)
+    spans = limitsapp.read_spans(spans_db)
+    assert len(spans) == 40
+    assert most_at_once(spans) == 3
+    assert app.broker.limit_figures().held == []  # every token came back
+
+
+def test_host_limit_across_worker_processes(app: App, fleet: Fleet, spans_db: str) -> None:
+    """The same with scope = "host": every worker here is on one host."""
+    limitsapp.host_limited.enqueue_many([spans_db, 0.15] for _ in range(40))
+    drain(app, fleet, 40)
+    assert most_at_once(limitsapp.read_spans(spans_db)) == 3
+
+
+def test_partitioned_limit_one_per_key(app: App, fleet: Fleet, spans_db: str) -> None:
+    """1 per key over 5 keys: never two of one key at once, and the 5 keys in parallel."""
+    keys = [f"customer-{i}" for i in range(5)]
+    for _ in range(6):
+        for key in keys:
+            limitsapp.key_limited.enqueue(spans_db, 0.15, key=key)
+    drain(app, fleet, 30)
+    spans = limitsapp.read_spans(spans_db)
+    by_key = collections.defaultdict(list)
+    for span in spans:
+        by_key[span[1]].append(span)
+    assert sorted(by_key) == keys
+    assert {key: most_at_once(s) for key, s in by_key.items()} == dict.fromkeys(keys, 1)
+    assert most_at_once(spans) == 5
+
+
+def test_rate_limit_over_ten_seconds(app: App, fleet: Fleet, spans_db: str) -> None:
+    """20/s (burst 1): about 200 starts in 10 s, and no 1-second window over 20 + burst."""
+    limitsapp.paced.enqueue_many([spans_db] for _ in range(260))
+    workers = [fleet.start([POOL], app=APP) for _ in range(2)]
+    first = wait_for(lambda: limitsapp.read_spans(spans_db), timeout=30)
+    end = min(s[2] for s in first) + 10.0
+    wait_for(lambda: time.time() > end + 0.5, timeout=30)
+    for worker in workers:
+        worker.send(signal.SIGTERM)
+    starts = sorted(s[2] for s in limitsapp.read_spans(spans_db))
+    in_ten = [t for t in starts if t < end]
+    assert 190 <= len(in_ten) <= 210, len(in_ten)
+    busiest = max(sum(1 for t in starts if a <= t < a + 1.0) for a in starts)
+    assert busiest <= 21, busiest
+
+
+def test_no_head_of_line_blocking(app: App, fleet: Fleet, spans_db: str) -> None:
+    """1,000 ready jobs under a limit of 1 ahead of unlimited jobs of the same pool: the
+    unlimited ones flow at the pool's rate, they do not queue behind the limited line."""
+    limited = limitsapp.single_file.enqueue_many([spans_db, 0.05] for _ in range(1000))
+    free = limitsapp.unlimited.enqueue_many([spans_db, 0.05] for _ in range(200))
+    worker = fleet.start([POOL], app=APP)
+    wait_for(
+        lambda: all(j.state is JobState.SUCCEEDED for j in (app.get_job(f.id) for f in free)),
+        timeout=60,
+        what=lambda: f"the unlimited jobs: {counts(app.broker, 'lim')}\n{fleet.logs()}",
+    )
+    done_limited = len(limitsapp.read_spans(spans_db, "single_file"))
+    # 200 unlimited jobs on the 7 slots the limit leaves take ~1.5 s; the limited line
+    # moves one at a time (0.05 s each) meanwhile: far from all 1,000.
+    assert done_limited < 200, done_limited
+    unlimited_spans = limitsapp.read_spans(spans_db, "unlimited")
+    assert most_at_once(unlimited_spans) >= SLOTS - 2  # the other slots stayed busy
+    assert most_at_once(limitsapp.read_spans(spans_db, "single_file")) == 1
+    worker.send(signal.SIGTERM)
+    assert worker.wait(30) == 0
+    assert len(limited) == 1000
+
+
+def test_sigkill_gives_tokens_back_within_a_lease(app: App, fleet: Fleet, spans_db: str) -> None:
+    """A worker SIGKILLed while its job holds limit "one": another worker starts a job
+    under that limit about one lease later, not before (the token was held) and not
+    much after (it came back with the lease's recovery)."""
+    lease = 1.0
+    limitsapp.single_file.enqueue_many([spans_db, 30.0] for _ in range(2))
+    victim = fleet.start([POOL], app=APP, lease=lease)
+    wait_for(lambda: limitsapp.read_spans(spans_db), timeout=30, what="the first job to start")
+    rescuer = fleet.start([POOL], app=APP, lease=lease)
+    time.sleep(0.5)
+    assert len(limitsapp.read_spans(spans_db)) == 1  # the token is held: nothing else runs
+    victim.send(signal.SIGKILL)
+    killed_at = time.time()
+    assert victim.wait(10) == -signal.SIGKILL
+    spans = wait_for(
+        lambda: [s for s in limitsapp.read_spans(spans_db) if s[2] > killed_at],
+        timeout=30,
+        what=lambda: f"a job to start after the kill\n{fleet.logs()}",
+    )
+    took = spans[0][2] - killed_at
+    # one lease, plus a recovery pass (every lease/3, jittered) and the claimer's recheck
+    assert took < lease + lease / 3 * 1.2 + 0.5 + 1.0, took
+    assert len(spans) == 1  # and the limit still holds: one at a time
+    assert rescuer.alive()
+
+
+def test_no_token_leaks_after_random_kills(app: App, fleet: Fleet, spans_db: str) -> None:
+    """1,000 jobs under a global limit of 3 while workers are SIGKILLed at random: every
+    job succeeds, and afterwards no token is held."""
+    rng = random.Random()
+    total = 1000
+    limitsapp.global_limited.enqueue_many([spans_db, 0.005] for _ in range(total))
+    options = {"app": APP, "lease": 1.0, "shutdown_timeout": 5}
+    workers = [fleet.start([POOL], **options) for _ in range(WORKERS)]
+    kills = 0
+    deadline = time.monotonic() + 120
+    while counts(app.broker, "lim")["succeeded"] < total:
+        assert time.monotonic() < deadline, f"{counts(app.broker, 'lim')}\n{fleet.logs()}"
+        if kills < 6 and counts(app.broker, "lim")["succeeded"] > (kills + 1) * total / 8:
+            victim = workers.pop(rng.randrange(len(workers)))
+            victim.send(signal.SIGKILL)
+            victim.wait(10)
+            kills += 1
+            workers.append(fleet.start([POOL], **options))
+        time.sleep(0.05)
+    for worker in workers:
+        worker.send(signal.SIGTERM)
+    for worker in workers:
+        worker.wait(30)
+    assert kills == 6
+    assert app.broker.limit_figures().held == []
+    assert counts(app.broker, "lim")["succeeded"] == total
+
+
+def test_limits_set_reaches_running_workers(app: App, fleet: Fleet, spans_db: str) -> None:
+    """Raising a limit from 2 to 6 mid-run shows in the measured concurrency within 2 s."""
+    limitsapp.adjustable.enqueue_many([spans_db, 0.3] for _ in range(200))
+    workers = [fleet.start([POOL], app=APP) for _ in range(WORKERS)]
+    wait_for(lambda: len(limitsapp.read_spans(spans_db)) >= 6, timeout=30)
+    before = limitsapp.read_spans(spans_db)
+    assert most_at_once(before) == 2
+    raised_at = time.time()
+    limit = app.broker.limit_figures().limits["adjustable"]
+    app.broker.set_limit(type(limit)(limit.name, concurrency=6))
+    wait_for(lambda: time.time() > raised_at + 3, timeout=10)
+    for worker in workers:
+        worker.send(signal.SIGTERM)
+    spans = [s for s in limitsapp.read_spans(spans_db) if s[3] is not None]
+    # when did six first run at once?
+    events = sorted([(s[2], 1) for s in spans] + [(s[3], -1) for s in spans],
+                    key=lambda e: (e[0], e[1]))  # fmt: skip
+    running, reached = 0, None
+    for at, step in events:
+        running += step
+        if running >= 6 and at >= raised_at:
+            reached = at
+            break
+    assert reached is not None, f"never 6 at once: peak {most_at_once(spans)}"
+    assert reached - raised_at < 2.0
+    assert most_at_once(spans) == 6
