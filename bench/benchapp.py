@@ -10,7 +10,8 @@ import time
 
 from sluicegate import App
 
-app = App()
+app = App(config=False)
+app.limit("bench50", concurrency=50)  # bench/limits.py: a global limit of 50
 
 
 @app.task
@@ -28,3 +29,8 @@ def parked() -> None:
 def stamp() -> float:
     """Returns the wall-clock time its body started, for enqueue-to-start latency."""
     return time.time()
+
+
+@app.task(limits=["bench50"])
+def noop_limited() -> None:
+    """A no-op under the global limit "bench50" (queue "default"): what a limit costs."""

@@ -233,7 +233,8 @@ class SQLiteBroker(SQLBroker):
         now, host = params["now"], params["host"]
         limits, _ = rows.limits(conn.execute(q["limit_rows"]))
         in_use = in_use_of(rows.held(conn.execute(q["held_needs"])), host, limits)
-        buckets = rows.buckets(conn.execute(q["bucket_rows"]))
+        rated = any(limit.rate is not None for limit in limits.values())
+        buckets = rows.buckets(conn.execute(q["bucket_rows"])) if rated else {}
         candidates: list[Row] = []
         for queue in wanted:
             candidates += conn.execute(q["ready_of_queue"], {"queue": queue, "n": n})

@@ -40,8 +40,10 @@ DO NOTHING;
 SELECT {job_columns} FROM jobs WHERE unique_key = :key AND state IN ({unfinished});
 
 -- name: promote_due
--- Seeks the jobs_scheduled index; touches only scheduled jobs that are due.
-UPDATE jobs SET state = {ready} WHERE state = {scheduled} AND run_at <= :now;
+-- Seeks the jobs_scheduled index (named: the planner would pick jobs_state_queue and read
+-- every scheduled job, due or not); touches only scheduled jobs that are due.
+UPDATE jobs INDEXED BY jobs_scheduled SET state = {ready}
+WHERE state = {scheduled} AND run_at <= :now;
 
 -- name: claim_queue
 -- returns: job
@@ -82,8 +84,10 @@ RETURNING {job_columns};
 
 -- name: probe_gated
 -- columns: found
--- Is any ready job of these queues waiting on limits? (jobs_gated; empty when none is used)
-SELECT 1 AS found FROM jobs
+-- Is any ready job of these queues waiting on limits? Read off jobs_gated (empty when no
+-- limit is used): the planner would otherwise pick jobs_state_queue and step over every
+-- ready job without limits.
+SELECT 1 AS found FROM jobs INDEXED BY jobs_gated
 WHERE state = {ready} AND limits IS NOT NULL
   AND queue IN (SELECT value FROM json_each(:queues))
 LIMIT 1;
@@ -115,10 +119,11 @@ LIMIT :n;
 
 -- name: held_needs
 -- columns: name, part, host, cost
--- Tokens in use, derived from the needs of every claimed and running job (jobs_holding).
+-- Tokens in use, derived from the needs of every claimed and running job (jobs_holding:
+-- only held jobs that name limits, however many others run).
 SELECT json_extract(e.value, '$[0]') AS name, json_extract(e.value, '$[1]') AS part,
        j.host AS host, sum(json_extract(e.value, '$[2]')) AS cost
-FROM jobs AS j, json_each(j.limits) AS e
+FROM jobs AS j INDEXED BY jobs_holding, json_each(j.limits) AS e
 WHERE j.state IN ({held}) AND j.limits IS NOT NULL
 GROUP BY 1, 2, 3;
 
@@ -162,7 +167,7 @@ WHERE name = :name;
 -- name: waiting_groups
 -- columns: limits, jobs, oldest
 -- Ready jobs per group of equal needs (jobs_gated: only jobs that wait on limits).
-SELECT limits, count(*) AS jobs, min(run_at) AS oldest FROM jobs
+SELECT limits, count(*) AS jobs, min(run_at) AS oldest FROM jobs INDEXED BY jobs_gated
 WHERE state = {ready} AND limits IS NOT NULL
 GROUP BY limits;
 
