@@ -314,9 +314,10 @@ class Broker(ABC):
 
     @abstractmethod
     def wake_claimers(self) -> None:
-        """Wake the claimers of every worker on this broker, here and elsewhere: tokens
-        of a limit came back (jobs that named it finished), so jobs held back may start.
-        Workers also look again every 0.5 s; this makes the hand-over prompt."""
+        """Wake the claimers of the other workers on this broker (this process may be
+        woken too): tokens of a limit came back (jobs that named it finished), so jobs
+        held back may start. Workers also look again every 0.5 s; this makes the
+        hand-over prompt."""
 
     def wakeups_healthy(self) -> bool:
         """True while ``subscribe`` sees every commit that makes work claimable (a live

@@ -271,7 +271,7 @@ class SQLBroker(Broker):
         self._ring_others()
 
     def wake_claimers(self) -> None:
-        self._announce()
+        self._ring_others()
 
     def _ring_others(self) -> None:
         """Wake other processes, for a dialect that cannot do so in the write's own SQL."""

@@ -107,6 +107,7 @@ class Worker:
             )
             for pool in self.pools
         ]
+        self.results.on_tokens_freed = self._tokens_freed
         # The loop's services, in the order of a turn (filled in below); shutdown halts
         # every one of them, services added later included.
         self.services: list[Service] = []
@@ -135,6 +136,10 @@ class Worker:
             self.recoverer,
             *([self.pruner] if self.pruner else []),
         ]
+
+    def _tokens_freed(self) -> None:
+        for claimer in self.claimers:
+            claimer.tokens_freed()
 
     # ---- control ---------------------------------------------------------------
     def stop(self, immediate: bool = False) -> None:

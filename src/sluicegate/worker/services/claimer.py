@@ -63,6 +63,12 @@ class Claimer(Service):
     def halt(self) -> None:
         self.halted = True
 
+    def tokens_freed(self) -> None:
+        """A job of this worker that held limit tokens finished: if the last claim held
+        jobs back for a limit, look again now rather than at the recheck."""
+        if self.limit_wait is not None:
+            self.pool.maybe_more = True
+
     def due_in(self, now: float) -> float | None:
         if self.halted:
             return None

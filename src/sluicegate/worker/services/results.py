@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from collections.abc import Callable
 
 from ...brokers import Broker
@@ -20,6 +21,7 @@ from .base import Counters, Service
 from .leases import LeaseKeeper
 
 log = logging.getLogger("sluicegate.worker")
+RING_INTERVAL = 0.02  # s: the most often other workers are woken for freed limit tokens
 
 
 class ResultWriter(Service):
@@ -39,6 +41,9 @@ class ResultWriter(Service):
         self._started: collections.deque[Claim] = collections.deque()  # any thread appends
         self._pending: list[Outcome] = []  # the loop's thread only
         self._limited: set[Claim] = set()  # held claims of jobs that name limits
+        self.on_tokens_freed: Callable[[], None] | None = None  # wakes this worker's claimers
+        self._rung_at = -RING_INTERVAL  # when other workers were last woken (monotonic)
+        self._ring_at: float | None = None  # a wake-up of other workers is owed by then
 
     def holds_tokens(self, claim: Claim) -> None:
         """This claim's job took tokens of a limit: once its outcome is written, the
@@ -77,10 +82,14 @@ class ResultWriter(Service):
 
     # ---- the service -----------------------------------------------------------------
     def due_in(self, now: float) -> float | None:
-        return 0.0 if self._started or self._pending else None
+        if self._started or self._pending:
+            return 0.0
+        return None if self._ring_at is None else self._ring_at - now
 
     def run(self, now: float) -> None:
         self.flush()
+        if self._ring_at is not None and now >= self._ring_at:
+            self._ring_others(now)
 
     def flush(self) -> None:
         """Record starts and outcomes in one broker write; keep them for retry on error."""
@@ -115,15 +124,29 @@ class ResultWriter(Service):
         return not self.unwritten
 
     def _free_tokens(self, claims: list[Claim]) -> None:
+        """Tokens of a limit came back: this worker's claimers look again at once, other
+        workers' at most RING_INTERVAL later (one wake-up covers every freeing since the
+        last, so a busy limit costs a few wake-ups a second, not one per job)."""
         if not self._limited:
             return
         freed = self._limited.intersection(claims)
-        if freed:
-            self._limited -= freed
-            try:
-                self.broker.wake_claimers()
-            except Exception:  # a missed wake-up costs a 0.5 s recheck, never a job
-                log.debug("waking claimers failed", exc_info=True)
+        if not freed:
+            return
+        self._limited -= freed
+        if self.on_tokens_freed is not None:
+            self.on_tokens_freed()
+        now = time.monotonic()
+        if now - self._rung_at >= RING_INTERVAL:
+            self._ring_others(now)
+        elif self._ring_at is None:
+            self._ring_at = self._rung_at + RING_INTERVAL
+
+    def _ring_others(self, now: float) -> None:
+        self._rung_at, self._ring_at = now, None
+        try:
+            self.broker.wake_claimers()
+        except Exception:  # a missed wake-up costs a 0.5 s recheck, never a job
+            log.debug("waking other workers' claimers failed", exc_info=True)
 
     def _recorded(self, outcomes: list[Outcome], lost: list[Claim]) -> None:
         self.leases.drop(o.claim for o in outcomes)
