@@ -71,6 +71,7 @@ def test_json_lists_queue_pool_model_and_options(tmp_path: Path) -> None:
         "timeout": 0.5,
         "priority": 0,
         "transactional": False,
+        "limits": {},
         "problem": None,
     }
     assert found["a_ok"]["kind"] == "coroutine"

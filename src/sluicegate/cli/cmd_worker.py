@@ -151,6 +151,7 @@ def tasks(
                 "timeout": o.timeout,
                 "priority": o.priority,
                 "transactional": o.transactional,
+                "limits": {name: cost for name, cost in o.costs},
                 "problem": next((m for p in served if (m := model_mismatch(task, p.model))), None)
                 or (None if served else "no pool serves this queue"),
             }
@@ -158,8 +159,11 @@ def tasks(
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table("task", "queue", "pool", "model", "attempts", "timeout", "priority", "note")
+    limited = any(r["limits"] for r in rows)  # a limits column only when a task uses one
+    head = ["task", "queue", "pool", "model", "attempts", "timeout", "priority"]
+    table = Table(*head, *(["limits"] if limited else []), "note")
     for r in rows:
+        limits = ", ".join(n if c == 1 else f"{n} x{c}" for n, c in r["limits"].items())
         table.add_row(
             r["task"],
             r["queue"],
@@ -168,6 +172,7 @@ def tasks(
             str(r["max_attempts"]),
             f"{r['timeout']:g}s" if r["timeout"] else "-",
             str(r["priority"]),
+            *([limits or "-"] if limited else []),
             r["problem"] or ("transactional" if r["transactional"] else ""),
         )
     Console().print(table)
