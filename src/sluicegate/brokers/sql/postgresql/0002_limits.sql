@@ -22,7 +22,7 @@ CREATE INDEX jobs_holding ON {schema}.jobs (id)
 CREATE TABLE {schema}.limits (
     name         text        PRIMARY KEY,
     concurrency  integer,              -- NULL: no concurrency bound
-    rate         float8,               -- starts per second; NULL: no rate bound
+    rate         float8,               -- starts per second, NULL: no rate bound
     burst        integer,
     scope        text        NOT NULL CHECK (scope IN ('global', 'host')),
     partition_by text,                 -- the keyword argument it is partitioned by
