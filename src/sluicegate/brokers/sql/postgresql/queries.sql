@@ -106,12 +106,16 @@ WHERE unique_key = %(unique_key)s AND state IN ({unfinished});
 SELECT pg_notify(%(channel)s, q) AS notified FROM unnest(%(queues)s::text[]) AS q;
 
 -- name: claim
--- columns: promoted, relaxed, job.*
+-- columns: promoted, relaxed, gated, job.*
 -- One statement, so an idle worker's claim is one round trip. For each wanted queue, an index
 -- range of jobs_ready in claim order, at most %(n)s rows, skipping rows other claimers hold
 -- (SKIP LOCKED): so no job is claimed twice, claimers never wait on each other, and the cost
 -- does not depend on the backlog. Fencing: every claimed row gets this claim's token and
 -- charges an attempt.
+-- Only jobs that name no limit: those that do are the gated claim's (claim_gated_read and
+-- claim_admitted). ``gated`` says whether a wanted queue has any (one index probe per queue
+-- on jobs_gated); then this claims nothing, as when it promoted, and the broker claims
+-- through the gated claim, which takes jobs of both kinds in one claim order.
 -- With %(promote)s, due scheduled jobs (the earliest 1000) become ready first, SKIP LOCKED
 -- again so concurrent claimers promote disjoint rows. This statement's snapshot cannot see
 -- the rows it promoted, so when it promoted any of the wanted queues it claims nothing (a
@@ -130,17 +134,25 @@ WITH promoted AS (
         FOR UPDATE SKIP LOCKED
     )
     RETURNING queue
+), gate AS (
+    SELECT EXISTS (SELECT 1 FROM unnest(%(queues)s::text[]) AS q(name)
+                   CROSS JOIN LATERAL (
+                       SELECT 1 FROM {schema}.jobs
+                       WHERE state = {ready} AND limits IS NOT NULL AND queue = q.name
+                       LIMIT 1
+                   ) AS first) AS gated
 ), candidates AS (
     SELECT c.id, c.priority, c.run_at
     FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM {schema}.jobs
-        WHERE state = {ready} AND queue = q.name
+        WHERE state = {ready} AND limits IS NULL AND queue = q.name
         ORDER BY priority, run_at, id
         LIMIT %(n)s
         FOR UPDATE SKIP LOCKED
     ) AS c
     WHERE NOT EXISTS (SELECT 1 FROM promoted WHERE queue = ANY(%(queues)s::text[]))
+      AND NOT (SELECT gated FROM gate)
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(n)s
 ), claimed AS (
@@ -152,22 +164,163 @@ WITH promoted AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING j.*
 )
-SELECT p.promoted, p.relaxed, {job_columns:c}
+SELECT p.promoted, p.relaxed, (SELECT gated FROM gate) AS gated, {job_columns:c}
 FROM (SELECT count(*) FILTER (WHERE queue = ANY(%(queues)s::text[])) AS promoted,
              set_config('synchronous_commit', 'off', true) AS relaxed
       FROM promoted) AS p
 LEFT JOIN claimed AS c ON true;
 
+-- name: claim_settings
+-- columns: relaxed, bounded
+-- The gated claim's transaction, like the plain claim, commits without waiting for the WAL
+-- flush. It holds the limit locks of every gated claimer of the same limits: should this
+-- process stall inside it, the server ends the session rather than let it hold them.
+SELECT set_config('synchronous_commit', 'off', true) AS relaxed,
+       set_config('idle_in_transaction_session_timeout', '10s', true) AS bounded;
+
+-- name: lock_limits
+-- columns: locked
+-- One transaction-scoped advisory lock per limit name, taken in the order of the keys (so
+-- two claimers never wait for each other in a circle, even were two names' keys equal),
+-- before the claim reads what is in use: claimers of the same limits admit one at a time,
+-- each against the tokens its predecessors' committed claims hold. The lock is released
+-- only after the commit is visible, and every statement after it reads a fresh snapshot.
+SELECT count(*) AS locked
+FROM (SELECT pg_advisory_xact_lock(keys.k)
+      FROM (SELECT DISTINCT hashtextextended('sluicegate:' || %(schema)s || ':limit:' || name, 0)
+                   AS k
+            FROM unnest(%(names)s::text[]) AS name
+            ORDER BY k) AS keys) AS l;
+
+-- name: promote_due
+-- The gated claim's promotion of due scheduled jobs (see claim); its later statements see
+-- the rows it promoted.
+UPDATE {schema}.jobs SET state = {ready}
+WHERE id IN (
+    SELECT id FROM {schema}.jobs
+    WHERE state = {scheduled} AND run_at <= {now}
+    ORDER BY run_at
+    LIMIT 1000
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: claim_gated_read
+-- columns: candidates, held, buckets, limits, now
+-- What the gated claim admits from, in one snapshot taken after lock_limits. ``candidates``:
+-- [id, needs] in claim order: per wanted queue the first %(n)s jobs that name no limit
+-- (jobs_ready) and, per group of equal needs, that group's first %(n)s jobs (jobs_gated).
+-- The groups are found by a loose index scan (one seek per group: a long line of jobs
+-- waiting for one full limit costs one seek, not a scan), at most 1000 per queue. Jobs of a
+-- group need the same keys, so once its head waits the rest do too: %(n)s of each suffice.
+-- ``held``: [limit, partition, holder's host, cost] summed over held jobs (jobs_holding),
+-- for the (limit, partition) pairs the candidates need; ``buckets``: their rate buckets,
+-- global and of %(host)s; ``limits``: the registered limits they name; ``now``: the clock.
+WITH RECURSIVE groups AS (
+    SELECT q.name AS queue, g.limits, 1 AS depth
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT limits FROM {schema}.jobs
+        WHERE state = {ready} AND limits IS NOT NULL AND queue = q.name
+        ORDER BY limits
+        LIMIT 1
+    ) AS g
+    UNION ALL
+    SELECT g.queue,
+           (SELECT limits FROM {schema}.jobs
+            WHERE state = {ready} AND limits IS NOT NULL AND queue = g.queue
+              AND limits > g.limits
+            ORDER BY limits
+            LIMIT 1),
+           g.depth + 1
+    FROM groups AS g
+    WHERE g.limits IS NOT NULL AND g.depth < 1000
+), heads AS (
+    SELECT c.id, c.priority, c.run_at, NULL::text AS limits
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM {schema}.jobs
+        WHERE state = {ready} AND limits IS NULL AND queue = q.name
+        ORDER BY priority, run_at, id
+        LIMIT %(n)s
+    ) AS c
+    UNION ALL
+    SELECT c.id, c.priority, c.run_at, g.limits
+    FROM groups AS g
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM {schema}.jobs
+        WHERE state = {ready} AND limits IS NOT NULL AND queue = g.queue AND limits = g.limits
+        ORDER BY priority, run_at, id
+        LIMIT %(n)s
+    ) AS c
+    WHERE g.limits IS NOT NULL
+), needs AS (
+    SELECT DISTINCT e.need ->> 0 AS name, coalesce(e.need ->> 1, '') AS part
+    FROM (SELECT DISTINCT limits FROM groups WHERE limits IS NOT NULL) AS g
+    CROSS JOIN LATERAL json_array_elements(g.limits::json) AS e(need)
+), held AS (
+    SELECT e.need ->> 0 AS name, e.need ->> 1 AS part, j.host, sum((e.need ->> 2)::int) AS cost
+    FROM {schema}.jobs AS j
+    CROSS JOIN LATERAL json_array_elements(j.limits::json) AS e(need)
+    WHERE j.state IN ({held}) AND j.limits IS NOT NULL
+      AND (e.need ->> 0, coalesce(e.need ->> 1, '')) IN (SELECT name, part FROM needs)
+    GROUP BY 1, 2, 3
+)
+SELECT (SELECT json_agg(json_build_array(h.id, h.limits) ORDER BY h.priority, h.run_at, h.id)
+        FROM heads AS h) AS candidates,
+       (SELECT json_agg(json_build_array(h.name, h.part, h.host, h.cost)) FROM held AS h)
+           AS held,
+       (SELECT json_agg(json_build_array(b.name, b.part, b.host, b.tokens, b.at))
+        FROM {schema}.limit_buckets AS b JOIN needs AS n USING (name, part)
+        WHERE b.host IN ('', %(host)s)) AS buckets,
+       (SELECT json_agg(json_build_array(l.name, l.concurrency, l.rate, l.burst, l.scope,
+                                         l.partition_by))
+        FROM {schema}.limits AS l WHERE l.name IN (SELECT name FROM needs)) AS limits,
+       extract(epoch FROM {now})::float8 AS now;
+
+-- name: claim_admitted
+-- returns: job
+-- The jobs the gated claim admitted, in its transaction: those still ready (a plain claim
+-- may have taken a job that names no limit meanwhile, an operator cancelled one), rows no
+-- one else holds (SKIP LOCKED). Fencing and attempts as in claim; ``host`` is the claimer's,
+-- which host-scoped limits count by.
+WITH picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE id = ANY(%(ids)s::bigint[]) AND state = {ready}
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET state = {claimed}, attempts = j.attempts + 1, lease_token = %(token)s,
+    lease_expires_at = {now} + make_interval(secs => %(lease)s), worker_id = %(worker)s,
+    host = %(host)s
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING {job_columns:j};
+
+-- name: save_buckets
+-- The rate buckets the gated claim drew from, as admit left them.
+INSERT INTO {schema}.limit_buckets (name, part, host, tokens, at)
+SELECT * FROM unnest(%(names)s::text[], %(parts)s::text[], %(hosts)s::text[],
+                     %(tokens)s::float8[], %(ats)s::float8[])
+ON CONFLICT (name, part, host) DO UPDATE SET tokens = excluded.tokens, at = excluded.at;
+
 -- name: probe_work
 -- columns: found
--- Per queue, the first entry of jobs_ready (an index-only look, whatever the table's size;
--- a plain EXISTS over queue = ANY(...) lets the planner pick a sequential scan).
+-- Per queue, the first entry of jobs_ready, then of jobs_gated (index-only looks, whatever
+-- the table's size; a plain EXISTS over queue = ANY(...) lets the planner pick a sequential
+-- scan). A job waiting for a limit is work too: only the claim can tell whether it has room.
 SELECT EXISTS (
            SELECT 1 FROM unnest(%(queues)s::text[]) AS q(name)
            CROSS JOIN LATERAL (
                SELECT 1 FROM {schema}.jobs
-               WHERE state = {ready} AND queue = q.name
+               WHERE state = {ready} AND limits IS NULL AND queue = q.name
                ORDER BY priority, run_at, id
+               LIMIT 1
+           ) AS first
+       )
+    OR EXISTS (
+           SELECT 1 FROM unnest(%(queues)s::text[]) AS q(name)
+           CROSS JOIN LATERAL (
+               SELECT 1 FROM {schema}.jobs
+               WHERE state = {ready} AND limits IS NOT NULL AND queue = q.name
                LIMIT 1
            ) AS first
        )
@@ -317,3 +470,4 @@ WHERE id IN (
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 );
+
