@@ -1,4 +1,4 @@
-"""Limits on PostgreSQL: the gated claim (jobs that name limits).
+"""Limits on PostgreSQL: the gated claim (jobs that name limits), and the limit verbs.
 
 The plain claim takes only jobs that name no limit, in one statement, and none when a
 wanted queue has jobs that do ("gated"). The broker then claims through ``claim_gated``
@@ -29,8 +29,10 @@ from typing import Any
 
 from ...job import ClaimedJob
 from ...limits import Bucket, Candidate, Key, Limit, Need, admit, decode_needs, in_use_of
+from ..base import LimitFigures, unknown_limit
 from ..sqlbase import JobRows
 from ..sqlfiles import Query
+from ..wakeups import Subscribers
 from .connections import Connections, psycopg
 
 LIMIT_CACHE_MAX = 1000  # stored limit rows kept as Limit objects
@@ -101,12 +103,14 @@ class Admitted:
 
 
 class Limits:
-    """The limit half of PostgresBroker: the gated claim."""
+    """The limit half of PostgresBroker: the gated claim and the limit verbs."""
 
     schema: str
+    channel: str
     _db: Connections
     _queries: dict[str, Query]
     _jobs: dict[str, JobRows]
+    _subscribers: Subscribers
     _now: Callable[[], float | None]
 
     def _init_limits(self) -> None:
@@ -206,6 +210,113 @@ class Limits:
                 self._limit_cache.clear()
             limit = self._limit_cache[key] = limit_of(name, values)
         return limit
+
+    # ---- the limit verbs ----------------------------------------------------------------
+    def register_limits(self, limits: Sequence[Limit]) -> None:
+        latest = {limit.name: limit for limit in limits}  # a name given twice: the last wins
+        if not latest:
+            return
+        ordered = [latest[name] for name in sorted(latest)]  # one lock order for all workers
+        params = {
+            "names": [lim.name for lim in ordered],
+            "concurrency": [lim.concurrency for lim in ordered],
+            "rate": [lim.rate for lim in ordered],
+            "burst": [lim.burst for lim in ordered],
+            "scope": [lim.scope for lim in ordered],
+            "partition": [lim.partition for lim in ordered],
+            "declared": [declared_json(lim) for lim in ordered],
+        }
+        with self._db.transaction() as conn:
+            conn.execute(self._queries["register_limits"], params)
+            self._wake_waiters(conn)
+        self._subscribers.notify_local()
+
+    def set_limit(self, limit: Limit) -> None:
+        params = {
+            "name": limit.name,
+            "concurrency": limit.concurrency,
+            "rate": limit.rate,
+            "burst": limit.burst,
+            "scope": limit.scope,
+            "partition": limit.partition,
+        }
+        with self._db.transaction() as conn:
+            if conn.execute(self._queries["set_limit"], params).fetchone() is None:
+                raise unknown_limit(limit.name, self._limit_names(conn))
+            self._wake_waiters(conn)
+        self._subscribers.notify_local()
+
+    def reset_limit(self, name: str) -> Limit:
+        query = self._queries["reset_limit"]
+        with self._db.transaction() as conn:
+            row = conn.execute(query, {"name": name}).fetchone()
+            if row is None:
+                raise unknown_limit(name, self._limit_names(conn))
+            self._wake_waiters(conn)
+        self._subscribers.notify_local()
+        return Limit(name, **json.loads(row[query.at["declared"]]))
+
+    def _limit_names(self, conn: Any) -> list[str]:
+        query = self._queries["limit_names"]
+        return [r[query.at["name"]] for r in conn.execute(query).fetchall()]
+
+    def _wake_waiters(self, conn: Any) -> None:
+        """NOTIFY (at commit) the queues with jobs waiting for a limit: a changed limit may
+        have room for them. Workers held back by a limit also look again every RECHECK s."""
+        conn.execute(self._queries["notify_gated"], {"channel": self.channel}).fetchall()
+
+    def limit_figures(self) -> LimitFigures:
+        q = self._queries
+        now = {"now": self._now()}
+        names = ("figure_limits", "figure_held", "figure_waiting", "figure_buckets", "clock")
+        with self._db.single() as conn, rolled_back_on_error(conn):
+            with conn.pipeline():  # one round trip
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cursors = [
+                    conn.execute(q[name], now if name == "clock" else None) for name in names
+                ]
+                conn.execute("COMMIT")
+            rows = {name: cur.fetchall() for name, cur in zip(names, cursors, strict=True)}
+        lim, held, waiting, bucket = (
+            q[name] for name in ("figure_limits", "figure_held", "figure_waiting", "figure_buckets")
+        )
+        limits = {
+            r[lim.at["name"]]: limit_of(
+                r[lim.at["name"]],
+                [r[lim.at[c]] for c in ("concurrency", "rate", "burst", "scope", "partition_by")],
+            )
+            for r in rows["figure_limits"]
+        }
+        return LimitFigures(
+            limits=limits,
+            overridden=frozenset(
+                r[lim.at["name"]] for r in rows["figure_limits"] if r[lim.at["overridden"]]
+            ),
+            held=[
+                (
+                    r[held.at["name"]],
+                    r[held.at["part"]],
+                    r[held.at["host"]],
+                    int(r[held.at["cost"]]),
+                )
+                for r in rows["figure_held"]
+            ],
+            waiting=[
+                (
+                    r[waiting.at["limits"]],
+                    int(r[waiting.at["jobs"]]),
+                    float(r[waiting.at["oldest"]]),
+                )
+                for r in rows["figure_waiting"]
+            ],
+            buckets={
+                (r[bucket.at["name"]], r[bucket.at["part"]], r[bucket.at["host"]]): Bucket(
+                    float(r[bucket.at["tokens"]]), float(r[bucket.at["at"]])
+                )
+                for r in rows["figure_buckets"]
+            },
+            now=float(rows["clock"][0][q["clock"].at["now"]]),
+        )
 
 
 @contextlib.contextmanager

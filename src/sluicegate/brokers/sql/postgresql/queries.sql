@@ -471,3 +471,84 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED
 );
 
+
+-- name: register_limits
+-- columns: name
+-- A worker's declarations, upserted by name. A limit an operator set keeps its values
+-- (concurrency, rate, burst); the declaration is stored either way, for reset_limit.
+INSERT INTO {schema}.limits AS l (name, concurrency, rate, burst, scope, partition_by, declared)
+SELECT * FROM unnest(%(names)s::text[], %(concurrency)s::int[], %(rate)s::float8[],
+                     %(burst)s::int[], %(scope)s::text[], %(partition)s::text[],
+                     %(declared)s::text[])
+ON CONFLICT (name) DO UPDATE
+SET concurrency = CASE WHEN l.overridden THEN l.concurrency ELSE excluded.concurrency END,
+    rate = CASE WHEN l.overridden THEN l.rate ELSE excluded.rate END,
+    burst = CASE WHEN l.overridden THEN l.burst ELSE excluded.burst END,
+    scope = excluded.scope, partition_by = excluded.partition_by,
+    declared = excluded.declared, updated_at = now()
+RETURNING l.name;
+
+-- name: set_limit
+-- columns: name
+UPDATE {schema}.limits
+SET concurrency = %(concurrency)s, rate = %(rate)s, burst = %(burst)s, scope = %(scope)s,
+    partition_by = %(partition)s, overridden = true, updated_at = now()
+WHERE name = %(name)s
+RETURNING name;
+
+-- name: reset_limit
+-- columns: declared
+UPDATE {schema}.limits
+SET concurrency = (declared::json ->> 'concurrency')::int,
+    rate = (declared::json ->> 'rate')::float8,
+    burst = (declared::json ->> 'burst')::int,
+    scope = declared::json ->> 'scope',
+    partition_by = declared::json ->> 'partition',
+    overridden = false, updated_at = now()
+WHERE name = %(name)s
+RETURNING declared;
+
+-- name: limit_names
+-- columns: name
+SELECT name FROM {schema}.limits ORDER BY name;
+
+-- name: notify_gated
+-- columns: notified
+-- Wakes the queues that have jobs waiting for a limit (a loose index scan of jobs_gated, one
+-- seek per queue), after a limit changed: its waiters may have room now.
+WITH RECURSIVE queues AS (
+    SELECT min(queue) AS queue FROM {schema}.jobs
+    WHERE state = {ready} AND limits IS NOT NULL
+    UNION ALL
+    SELECT (SELECT min(queue) FROM {schema}.jobs
+            WHERE state = {ready} AND limits IS NOT NULL AND queue > queues.queue)
+    FROM queues WHERE queues.queue IS NOT NULL
+)
+SELECT pg_notify(%(channel)s, queue) AS notified FROM queues WHERE queue IS NOT NULL;
+
+-- name: figure_limits
+-- columns: name, concurrency, rate, burst, scope, partition_by, overridden
+SELECT name, concurrency, rate, burst, scope, partition_by, overridden FROM {schema}.limits;
+
+-- name: figure_held
+-- columns: name, part, host, cost
+-- Each need of each held job (jobs_holding).
+SELECT e.need ->> 0 AS name, e.need ->> 1 AS part, j.host, (e.need ->> 2)::int AS cost
+FROM {schema}.jobs AS j
+CROSS JOIN LATERAL json_array_elements(j.limits::json) AS e(need)
+WHERE j.state IN ({held}) AND j.limits IS NOT NULL;
+
+-- name: figure_waiting
+-- columns: limits, jobs, oldest
+SELECT limits, count(*) AS jobs, extract(epoch FROM min(run_at))::float8 AS oldest
+FROM {schema}.jobs
+WHERE state = {ready} AND limits IS NOT NULL
+GROUP BY limits;
+
+-- name: figure_buckets
+-- columns: name, part, host, tokens, at
+SELECT name, part, host, tokens, at FROM {schema}.limit_buckets;
+
+-- name: clock
+-- columns: now
+SELECT extract(epoch FROM {now})::float8 AS now;
