@@ -362,6 +362,29 @@ class TestStorage:
         assert locked == [["b"], ["a", "b", "c"]]
         assert pg._lock_names[("q",)] == {"a", "c"}
 
+    def test_jobs_taken_meanwhile_leave_room_for_others(
+        self, pg: PostgresBroker, sql: Any, pg_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        pg.register_limits([Limit("storage", concurrency=5)])
+        free = pg.enqueue([spec(args=[i]) for i in range(20)])
+        [limited] = pg.enqueue([spec(storage())])
+        admit = pg._admit
+        taken = [j.id for j in free[:5]]
+
+        def others_take_some(*args: Any) -> Any:
+            sql.execute(
+                f"UPDATE {schema_of(pg_url)}.jobs SET state = 'claimed' WHERE id = ANY(%s)",
+                (taken,),
+            )
+            monkeypatch.setattr(pg, "_admit", admit)
+            return admit(*args)
+
+        monkeypatch.setattr(pg, "_admit", others_take_some)
+        pg._lock_names[("q",)] = frozenset({"storage"})  # no relock: that would read again
+        got = pg.claim(["q"], 10, LEASE, "w")
+        assert ids(got) == [j.id for j in free[5:15]]
+        assert ids(pg.claim(["q"], 10, LEASE, "w")) == [*(j.id for j in free[15:]), limited.id]
+
     def test_a_corrupt_needs_text_kills_its_job_only(
         self, pg: PostgresBroker, sql: Any, pg_url: str
     ) -> None:

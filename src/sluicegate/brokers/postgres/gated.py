@@ -36,6 +36,7 @@ from ..wakeups import Subscribers
 from .connections import Connections, psycopg
 
 LIMIT_CACHE_MAX = 1000  # stored limit rows kept as Limit objects
+RACES_MAX = 3  # gated claims in one claim() when other claimers took admitted jobs
 Queues = tuple[str, ...]
 
 
@@ -126,7 +127,26 @@ class Limits:
         self, queues: Queues, n: int, lease: float, worker_id: str, host: str, token: int
     ) -> tuple[list[ClaimedJob], float | None]:
         """Claim up to ``n`` jobs of ``queues``, limited or not, in claim order, admitting
-        the limited ones by ``admit``; returns them (unordered) and the admission's retry_in."""
+        the limited ones by ``admit``; returns them (unordered) and the admission's retry_in.
+
+        An admitted job another claimer took meanwhile (a job that names no limit: those
+        that do are only taken under their limits' locks) leaves room for more: the claim
+        goes again for what is missing, a few times at most."""
+        jobs: list[ClaimedJob] = []
+        retry_in: float | None = None
+        for _ in range(RACES_MAX):
+            got, admitted, retry_in = self._claim_gated_once(
+                queues, n - len(jobs), lease, worker_id, host, token
+            )
+            jobs.extend(got)
+            if len(got) == admitted or len(jobs) >= n:
+                break
+        return jobs, retry_in
+
+    def _claim_gated_once(
+        self, queues: Queues, n: int, lease: float, worker_id: str, host: str, token: int
+    ) -> tuple[list[ClaimedJob], int, float | None]:
+        """One gated claim transaction: (the jobs claimed, how many were admitted, retry_in)."""
         q = self._queries
         now = self._now()
         names = self._lock_names.get(queues, frozenset())
@@ -168,7 +188,7 @@ class Limits:
         self._lock_names[queues] = needed
         self._gated_seen[queues] = admission.waiting
         read_row = self._jobs["claim_admitted"].claimed
-        return [read_row(r, token) for r in rows], admission.retry_in
+        return [read_row(r, token) for r in rows], len(admission.ids), admission.retry_in
 
     def _admit(
         self, row: Any, n: int, host: str, locked: frozenset[str], may_relock: bool
