@@ -400,16 +400,17 @@ class TestStorage:
     def test_the_read_costs_n_per_group_whatever_the_line(
         self, pg: PostgresBroker, pg_url: str, sql: Any
     ) -> None:
-        pg.register_limits([Limit("storage", concurrency=1), Limit("api", concurrency=1)])
+        pg.register_limits([Limit("storage", concurrency=1), Limit("api", concurrency=50)])
         pg.enqueue([spec(storage()) for _ in range(1000)])
         pg.enqueue([spec([("api", None, 1)]) for _ in range(1000)])
         pg.enqueue([spec() for _ in range(30)])
         assert len(pg.claim(["q"], 10, LEASE, "w")) == 10
         sql.execute(f"ANALYZE {schema_of(pg_url)}.jobs")
-        params = {"queues": ["q"], "n": 10, "host": "h", "now": None}
+        params = {"queues": ["q"], "n": 10, "host": "h", "burst": 1, "now": None}
         row = sql.execute(pg._queries["claim_gated_read"], params).fetchone()
-        candidates = row[0]
-        assert len(candidates) == 30  # 10 free, 10 of each group, never the 1000s
+        # 10 free; of each group, as many as one claim could admit and one more, never the
+        # 1000s: storage, 1 at once: 2; api, 50 at once: n
+        assert len(row[0]) == 10 + 2 + 10
         with psycopg.connect(pg.dsn) as conn:
             text = generic_plan(conn, pg._queries["claim_gated_read"], params)
         assert "Seq Scan on jobs" not in text, text

@@ -23,12 +23,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ...job import ClaimedJob
-from ...limits import Bucket, Candidate, Key, Limit, Need, admit, decode_needs, in_use_of
+from ...limits import (
+    DEFAULT_BURST,
+    Bucket,
+    Candidate,
+    Key,
+    Limit,
+    Need,
+    admit,
+    decode_needs,
+    in_use_of,
+)
 from ..base import LimitFigures, unknown_limit
 from ..sqlbase import JobRows
 from ..sqlfiles import Query
@@ -67,21 +77,31 @@ def limit_of(name: str, values: Sequence[Any]) -> Limit:
     )
 
 
-def needs_of(text: str | None, cache: dict[str, tuple[Need, ...]]) -> tuple[Need, ...]:
-    """Decoded needs. JSON of the wrong shape counts as none: its job is claimed, and the
-    claim reads it as a corrupt row (a ``problem``, so the job goes dead), instead of every
-    claim failing on it. (Text that is not JSON at all fails the claim's read in SQL: only
-    a hand-made row can hold it.)"""
-    if text is None:
-        return ()
-    needs = cache.get(text)
-    if needs is None:
+def needs_by_text(texts: Collection[str]) -> dict[str, tuple[Need, ...]]:
+    """The needs of each distinct stored text, decoded with one ``json.loads`` (a claim may
+    see a thousand groups). JSON of the wrong shape counts as none: its job is claimed, and
+    the claim reads it as a corrupt row (a ``problem``, so the job goes dead), instead of
+    every claim failing on it. (Text that is not JSON at all fails the claim's read in SQL:
+    only a hand-made row can hold it.)"""
+    ordered = list(texts)
+    try:
+        parsed = json.loads("[" + ",".join(ordered) + "]")
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, list) or len(parsed) != len(ordered):
+        parsed = [None] * len(ordered)  # one bad text: each on its own, below
+    out = {}
+    for text, value in zip(ordered, parsed, strict=True):
         try:
-            needs = decode_needs(text)
+            if value is None:
+                out[text] = decode_needs(text)
+            else:
+                out[text] = tuple(
+                    (str(n), None if p is None else str(p), int(c)) for n, p, c in value
+                )
         except (ValueError, TypeError):
-            needs = ()
-        cache[text] = needs
-    return needs
+            out[text] = ()
+    return out
 
 
 class _Relock(Exception):
@@ -151,7 +171,7 @@ class Limits:
         now = self._now()
         names = self._lock_names.get(queues, frozenset())
         read = q["claim_gated_read"]
-        params = {"queues": list(queues), "n": n, "host": host, "now": now}
+        params = {"queues": list(queues), "n": n, "host": host, "burst": DEFAULT_BURST, "now": now}
         rows: list[Any] = []
         with self._db.single() as conn, rolled_back_on_error(conn):
             # BEGIN and COMMIT as statements: psycopg's transaction() syncs the pipeline
@@ -197,10 +217,12 @@ class Limits:
         need. Raises _Relock when they need a name not locked (and ``may_relock``); else the
         candidates that do are left for the next claim, which looks again at once."""
         read = self._queries["claim_gated_read"]
-        cache: dict[str, tuple[Need, ...]] = {}
         listed = row[read.at["candidates"]] or []
-        candidates = [Candidate(int(job_id), needs_of(text, cache)) for job_id, text in listed]
-        needed = frozenset(name for needs in cache.values() for name, _, _ in needs)
+        groups = needs_by_text({text for _, text in listed if text is not None})
+        candidates = [
+            Candidate(job_id, () if text is None else groups[text]) for job_id, text in listed
+        ]
+        needed = frozenset(name for needs in groups.values() for name, _, _ in needs)
         unlocked = not needed <= locked
         if unlocked:
             if may_relock:
@@ -219,7 +241,7 @@ class Limits:
         now = float(row[read.at["now"]])
         admission = admit(candidates, n, limits, in_use_of(held, host, limits), buckets, now, host)
         retry_in = 0.0 if unlocked else admission.retry_in
-        return Admitted(admission.ids, admission.buckets, retry_in, bool(cache)), needed
+        return Admitted(admission.ids, admission.buckets, retry_in, bool(groups)), needed
 
     def _limit(self, name: str, values: Sequence[Any]) -> Limit:
         """A Limit per stored row, made (and validated) once."""

@@ -208,10 +208,11 @@ WHERE id IN (
 -- columns: candidates, held, buckets, limits, now
 -- What the gated claim admits from, in one snapshot taken after lock_limits. ``candidates``:
 -- [id, needs] in claim order: per wanted queue the first %(n)s jobs that name no limit
--- (jobs_ready) and, per group of equal needs, that group's first %(n)s jobs (jobs_gated).
--- The groups are found by a loose index scan (one seek per group: a long line of jobs
--- waiting for one full limit costs one seek, not a scan), at most 1000 per queue. Jobs of a
--- group need the same keys, so once its head waits the rest do too: %(n)s of each suffice.
+-- (jobs_ready) and, per group of equal needs, that group's first jobs (jobs_gated), as
+-- many as one claim could admit (room). The groups are found by a loose index scan (one
+-- seek per group: a long line of jobs waiting for one full limit costs one seek, not a
+-- scan), at most 1000 per queue. Jobs of a group need the same keys, so once its head
+-- waits the rest do too. %(burst)s is a rate's burst when the limit names none.
 -- ``held``: [limit, partition, holder's host, cost] summed over held jobs (jobs_holding),
 -- for the (limit, partition) pairs the candidates need; ``buckets``: their rate buckets,
 -- global and of %(host)s; ``limits``: the registered limits they name; ``now``: the clock.
@@ -234,6 +235,19 @@ WITH RECURSIVE groups AS (
            g.depth + 1
     FROM groups AS g
     WHERE g.limits IS NOT NULL AND g.depth < 1000
+), room AS (
+    -- How many jobs of a group one claim needs to see: its jobs all take the same keys, so
+    -- it admits at most the tightest need's concurrency (or burst) over its cost; one more
+    -- is held back (the claim then says when to look again, retry_in); 1 to %(n)s.
+    SELECT g.limits,
+           greatest(1, least(%(n)s, 1 + min(
+               least(l.concurrency,
+                     CASE WHEN l.rate IS NOT NULL THEN coalesce(l.burst, %(burst)s) END)
+               / greatest((e.need ->> 2)::int, 1)))) AS jobs
+    FROM (SELECT DISTINCT limits FROM groups WHERE limits IS NOT NULL) AS g
+    CROSS JOIN LATERAL json_array_elements(g.limits::json) AS e(need)
+    LEFT JOIN {schema}.limits AS l ON l.name = e.need ->> 0
+    GROUP BY g.limits
 ), heads AS (
     SELECT c.id, c.priority, c.run_at, NULL::text AS limits
     FROM unnest(%(queues)s::text[]) AS q(name)
@@ -246,13 +260,13 @@ WITH RECURSIVE groups AS (
     UNION ALL
     SELECT c.id, c.priority, c.run_at, g.limits
     FROM groups AS g
+    JOIN room AS r ON r.limits = g.limits
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM {schema}.jobs
         WHERE state = {ready} AND limits IS NOT NULL AND queue = g.queue AND limits = g.limits
         ORDER BY priority, run_at, id
-        LIMIT %(n)s
+        LIMIT r.jobs
     ) AS c
-    WHERE g.limits IS NOT NULL
 ), needs AS (
     SELECT DISTINCT e.need ->> 0 AS name, coalesce(e.need ->> 1, '') AS part
     FROM (SELECT DISTINCT limits FROM groups WHERE limits IS NOT NULL) AS g
