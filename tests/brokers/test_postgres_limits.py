@@ -385,6 +385,30 @@ class TestStorage:
         assert ids(got) == [j.id for j in free[5:15]]
         assert ids(pg.claim(["q"], 10, LEASE, "w")) == [*(j.id for j in free[15:]), limited.id]
 
+    def test_a_changed_limit_wakes_workers_elsewhere(
+        self, pg: PostgresBroker, pg_url: str, clock: FakeClock
+    ) -> None:
+        from sluicegate.brokers.postgres import PostgresBroker
+
+        other = PostgresBroker(pg_url, clock=clock)
+        woke = threading.Event()
+        unsubscribe = other.subscribe(woke.set)
+        try:
+            pg.enqueue([spec(storage())])
+            assert woke.wait(5)  # the enqueue's own wake-up
+            for change in (
+                lambda: pg.register_limits([Limit("storage", concurrency=1)]),
+                lambda: pg.set_limit(Limit("storage", concurrency=2)),
+                lambda: pg.reset_limit("storage"),
+            ):
+                time.sleep(0.1)
+                woke.clear()
+                change()
+                assert woke.wait(5)
+        finally:
+            unsubscribe()
+            other.close()
+
     def test_a_corrupt_needs_text_kills_its_job_only(
         self, pg: PostgresBroker, sql: Any, pg_url: str
     ) -> None:
