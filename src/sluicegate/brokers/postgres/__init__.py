@@ -1,7 +1,8 @@
 """The PostgreSQL broker, in parts: ``url`` (options, redaction), ``connections`` (pools,
 error translation, quiet pool logs), ``listener`` (LISTEN/NOTIFY wake-ups), ``fate``
-(writes of unknown fate), ``inserts`` (rows in) and ``broker`` (the verbs). Importing
-this package needs no psycopg; opening a broker does."""
+(writes of unknown fate), ``inserts`` (rows in), ``gated`` (limits: the gated claim and
+the limit verbs) and ``broker`` (the verbs). Importing this package needs no psycopg;
+opening a broker does."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """The PostgreSQL broker's verbs: many workers on many machines, one server.
 
 Claims are one statement with ``FOR UPDATE SKIP LOCKED`` over a partial index of ready
-jobs; heartbeats, acks and failures are batched with ``unnest`` arrays and matched by
+jobs that name no limit; while jobs that do are ready, claims of their queues go through
+the gated claim instead (``gated``: two round trips under advisory locks per limit name).
+Heartbeats, acks and failures are batched with ``unnest`` arrays and matched by
 (job id, fencing token). Leases and due times use the server's clock (``now()``); tests
 may pass a clock in. Wake-ups use LISTEN/NOTIFY (payload: a queue name only), with
 polling as the fallback. Producers can enqueue inside their own psycopg transaction, and
@@ -18,13 +20,15 @@ from typing import Any
 
 from ...codec import dumps
 from ...errors import BrokerUnavailable, ConfigError, LeaseLost
-from ...job import Claim, ClaimedJob, Job, JobId, JobSpec, JobState, in_claim_order
-from ..base import RecordBatch, Recovery, Stats
+from ...job import Claim, Job, JobId, JobSpec, JobState, in_claim_order
+from ...limits import local_host
+from ..base import ClaimBatch, RecordBatch, Recovery, Stats
 from ..sqlbase import Row, SQLBroker, fold_stats, matched
 from ..sqlfiles import JOB_COLUMNS
 from ..wakeups import Subscribers
 from .connections import Connections, psycopg
 from .fate import UnknownFate, ids_tokens
+from .gated import Limits
 from .inserts import Inserts, tuple_rows
 from .listener import Listener
 from .url import Settings
@@ -49,7 +53,7 @@ def _fits_bigint(job_id: int) -> bool:
     return -(2**63) <= job_id < 2**63
 
 
-class PostgresBroker(Inserts, SQLBroker):
+class PostgresBroker(Inserts, Limits, SQLBroker):
     dialect = "postgresql"
     unique_violation = (psycopg.errors.UniqueViolation,) if psycopg is not None else ()
     supports_transactions = True
@@ -70,6 +74,7 @@ class PostgresBroker(Inserts, SQLBroker):
         )
         self.migrations_applied: list[int] = []
         self._fate = UnknownFate(self._queries["own_writes"])
+        self._init_limits()
         self._db = Connections(settings)
         try:
             if settings.migrate:
@@ -149,31 +154,43 @@ class PostgresBroker(Inserts, SQLBroker):
 
     # ---- hot path -----------------------------------------------------------------------
     def claim(
-        self, queues: Sequence[str], n: int, lease: float, worker_id: str
-    ) -> list[ClaimedJob]:
-        """One statement, its own transaction: an idle worker's claim is one round trip.
+        self, queues: Sequence[str], n: int, lease: float, worker_id: str, host: str = ""
+    ) -> ClaimBatch:
+        """The plain claim, one statement in its own transaction: an idle worker's claim is
+        one round trip. It takes only jobs that name no limit, and none if a wanted queue has
+        jobs that do ("gated"): then, and until a gated claim finds none left, this set of
+        queues claims through the gated claim (``claim_gated``), which admits those and
+        takes the others too, all in one claim order.
 
-        A claim that promoted due jobs of its queues claims nothing (see the claim
+        A plain claim that promoted due jobs of its queues claims nothing (see the claim
         statement); the second statement, without promoting, sees them committed."""
         if n <= 0 or not queues:
-            return []
-        query = self._queries["claim"]
+            return ClaimBatch()
+        wanted = tuple(dict.fromkeys(queues))
         token = secrets.randbits(62)
-        params = {
-            "queues": list(dict.fromkeys(queues)),
-            "n": n,
-            "token": token,
-            "lease": lease,
-            "worker": worker_id,
-            "now": self._now(),
-            "promote": True,
-        }
-        with self._db.single() as conn:
-            rows = conn.execute(query, params).fetchall()
-            if rows and rows[0][query.at["promoted"]]:
-                rows = conn.execute(query, {**params, "promote": False}).fetchall()
-        at_id, read = query.at["id"], self._jobs["claim"].claimed
-        return in_claim_order([read(r, token) for r in rows if r[at_id] is not None])
+        if not self._gated_seen.get(wanted):
+            query = self._queries["claim"]
+            params = {
+                "queues": list(wanted),
+                "n": n,
+                "token": token,
+                "lease": lease,
+                "worker": worker_id,
+                "now": self._now(),
+                "promote": True,
+            }
+            with self._db.single() as conn:
+                rows = conn.execute(query, params).fetchall()
+                if rows and rows[0][query.at["promoted"]]:
+                    rows = conn.execute(query, {**params, "promote": False}).fetchall()
+            if not (rows and rows[0][query.at["gated"]]):
+                at_id, read = query.at["id"], self._jobs["claim"].claimed
+                return ClaimBatch(
+                    in_claim_order([read(r, token) for r in rows if r[at_id] is not None])
+                )
+            self._gated_seen[wanted] = True  # it claimed nothing: the gated claim takes over
+        jobs, retry_in = self.claim_gated(wanted, n, lease, worker_id, host or local_host(), token)
+        return ClaimBatch(in_claim_order(jobs), retry_in)
 
     def has_work(self, queues: Sequence[str]) -> bool:
         with self._db.transaction() as conn:

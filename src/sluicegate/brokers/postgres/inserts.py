@@ -1,5 +1,6 @@
 """Rows in: the PostgreSQL broker's inserts, plain (batched with ``unnest``, or one job
-with plain parameters) and by unique key, and the NOTIFY that wakes workers elsewhere."""
+with plain parameters) and by unique key, and the NOTIFY that wakes workers elsewhere.
+Every path stores the job's limit needs (``JobSpec.limits``, canonical JSON text)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def spec_params(spec: JobSpec) -> dict[str, Any]:
         "max_attempts": spec.max_attempts,
         "run_at": spec.run_at,
         "delay": spec.delay,
+        "limits": spec.limits,
     }
 
 
@@ -69,6 +71,7 @@ class Inserts:
             "max_attempts": [s.max_attempts for s in specs],
             "delay": [s.delay for s in specs],
             "run_at": [s.run_at for s in specs],
+            "limits": [s.limits for s in specs],
             "now": now,
             "channel": self.channel,
             "queues": sorted({s.queue for s in specs}) if notify else [],

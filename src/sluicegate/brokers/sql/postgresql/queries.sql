@@ -43,14 +43,15 @@ INSERT INTO {schema}.schema_version (version, name) VALUES (%(version)s, %(name)
 -- notification goes out when the statement commits.
 WITH inserted AS (
     INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at,
-                               max_attempts, unique_key, enqueued_at)
+                               max_attempts, unique_key, enqueued_at, limits)
     SELECT v.queue, v.task, v.args, v.kwargs,
            CASE WHEN v.run_at <= {now} THEN {ready} ELSE {scheduled} END,
-           v.priority, v.run_at, v.max_attempts, NULL, {now}
+           v.priority, v.run_at, v.max_attempts, NULL, {now}, v.limits
     FROM unnest(%(queue)s::text[], %(task)s::text[], %(args)s::text[], %(kwargs)s::text[],
                 %(priority)s::int[], %(max_attempts)s::int[], %(delay)s::float8[],
-                %(run_at)s::float8[])
-         WITH ORDINALITY AS i(queue, task, args, kwargs, priority, max_attempts, delay, at, n)
+                %(run_at)s::float8[], %(limits)s::text[])
+         WITH ORDINALITY
+         AS i(queue, task, args, kwargs, priority, max_attempts, delay, at, limits, n)
          CROSS JOIN LATERAL (
             SELECT i.*,
                    coalesce(to_timestamp(i.at), {now} + make_interval(secs => i.delay)) AS run_at
@@ -68,10 +69,10 @@ SELECT {job_columns:inserted} FROM inserted WHERE (SELECT count(*) FROM woke) >=
 -- wake-up, in one autocommit statement.
 WITH inserted AS (
     INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at,
-                               max_attempts, unique_key, enqueued_at)
+                               max_attempts, unique_key, enqueued_at, limits)
     SELECT %(queue)s, %(task)s, %(args)s, %(kwargs)s,
            CASE WHEN r.run_at <= {now} THEN {ready} ELSE {scheduled} END,
-           %(priority)s::int, r.run_at, %(max_attempts)s::int, NULL, {now}
+           %(priority)s::int, r.run_at, %(max_attempts)s::int, NULL, {now}, %(limits)s::text
     FROM (SELECT coalesce(to_timestamp(%(run_at)s::float8),
                           {now} + make_interval(secs => %(delay)s::float8)) AS run_at) AS r
     RETURNING *
@@ -84,10 +85,10 @@ SELECT {job_columns:inserted} FROM inserted WHERE (SELECT count(*) FROM woke) >=
 -- returns: job
 -- The conflict target is the partial unique index over unfinished jobs.
 INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
-                           unique_key, enqueued_at)
+                           unique_key, enqueued_at, limits)
 SELECT %(queue)s, %(task)s, %(args)s, %(kwargs)s,
        CASE WHEN r.run_at <= {now} THEN {ready} ELSE {scheduled} END,
-       %(priority)s, r.run_at, %(max_attempts)s, %(unique_key)s, {now}
+       %(priority)s, r.run_at, %(max_attempts)s, %(unique_key)s, {now}, %(limits)s::text
 FROM (SELECT coalesce(to_timestamp(%(run_at)s::float8), {now} + make_interval(secs => %(delay)s))
       AS run_at) AS r
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ({unfinished})
@@ -105,12 +106,16 @@ WHERE unique_key = %(unique_key)s AND state IN ({unfinished});
 SELECT pg_notify(%(channel)s, q) AS notified FROM unnest(%(queues)s::text[]) AS q;
 
 -- name: claim
--- columns: promoted, relaxed, job.*
+-- columns: promoted, relaxed, gated, job.*
 -- One statement, so an idle worker's claim is one round trip. For each wanted queue, an index
 -- range of jobs_ready in claim order, at most %(n)s rows, skipping rows other claimers hold
 -- (SKIP LOCKED): so no job is claimed twice, claimers never wait on each other, and the cost
 -- does not depend on the backlog. Fencing: every claimed row gets this claim's token and
 -- charges an attempt.
+-- Only jobs that name no limit: those that do are the gated claim's (claim_gated_read and
+-- claim_admitted). ``gated`` says whether a wanted queue has any (one index probe per queue
+-- on jobs_gated); then this claims nothing, as when it promoted, and the broker claims
+-- through the gated claim, which takes jobs of both kinds in one claim order.
 -- With %(promote)s, due scheduled jobs (the earliest 1000) become ready first, SKIP LOCKED
 -- again so concurrent claimers promote disjoint rows. This statement's snapshot cannot see
 -- the rows it promoted, so when it promoted any of the wanted queues it claims nothing (a
@@ -129,17 +134,25 @@ WITH promoted AS (
         FOR UPDATE SKIP LOCKED
     )
     RETURNING queue
+), gate AS (
+    SELECT EXISTS (SELECT 1 FROM unnest(%(queues)s::text[]) AS q(name)
+                   CROSS JOIN LATERAL (
+                       SELECT 1 FROM {schema}.jobs
+                       WHERE state = {ready} AND limits IS NOT NULL AND queue = q.name
+                       LIMIT 1
+                   ) AS first) AS gated
 ), candidates AS (
     SELECT c.id, c.priority, c.run_at
     FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM {schema}.jobs
-        WHERE state = {ready} AND queue = q.name
+        WHERE state = {ready} AND limits IS NULL AND queue = q.name
         ORDER BY priority, run_at, id
         LIMIT %(n)s
         FOR UPDATE SKIP LOCKED
     ) AS c
     WHERE NOT EXISTS (SELECT 1 FROM promoted WHERE queue = ANY(%(queues)s::text[]))
+      AND NOT (SELECT gated FROM gate)
     ORDER BY c.priority, c.run_at, c.id
     LIMIT %(n)s
 ), claimed AS (
@@ -151,22 +164,177 @@ WITH promoted AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING j.*
 )
-SELECT p.promoted, p.relaxed, {job_columns:c}
+SELECT p.promoted, p.relaxed, (SELECT gated FROM gate) AS gated, {job_columns:c}
 FROM (SELECT count(*) FILTER (WHERE queue = ANY(%(queues)s::text[])) AS promoted,
              set_config('synchronous_commit', 'off', true) AS relaxed
       FROM promoted) AS p
 LEFT JOIN claimed AS c ON true;
 
+-- name: claim_settings
+-- columns: relaxed, bounded
+-- The gated claim's transaction, like the plain claim, commits without waiting for the WAL
+-- flush. It holds the limit locks of every gated claimer of the same limits: should this
+-- process stall inside it, the server ends the session rather than let it hold them.
+SELECT set_config('synchronous_commit', 'off', true) AS relaxed,
+       set_config('idle_in_transaction_session_timeout', '10s', true) AS bounded;
+
+-- name: lock_limits
+-- columns: locked
+-- One transaction-scoped advisory lock per limit name, taken in the order of the keys (so
+-- two claimers never wait for each other in a circle, even were two names' keys equal),
+-- before the claim reads what is in use: claimers of the same limits admit one at a time,
+-- each against the tokens its predecessors' committed claims hold. The lock is released
+-- only after the commit is visible, and every statement after it reads a fresh snapshot.
+SELECT count(*) AS locked
+FROM (SELECT pg_advisory_xact_lock(keys.k)
+      FROM (SELECT DISTINCT hashtextextended('sluicegate:' || %(schema)s || ':limit:' || name, 0)
+                   AS k
+            FROM unnest(%(names)s::text[]) AS name
+            ORDER BY k) AS keys) AS l;
+
+-- name: promote_due
+-- The gated claim's promotion of due scheduled jobs (see claim); its later statements see
+-- the rows it promoted.
+UPDATE {schema}.jobs SET state = {ready}
+WHERE id IN (
+    SELECT id FROM {schema}.jobs
+    WHERE state = {scheduled} AND run_at <= {now}
+    ORDER BY run_at
+    LIMIT 1000
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: claim_gated_read
+-- columns: candidates, held, buckets, limits, now
+-- What the gated claim admits from, in one snapshot taken after lock_limits. ``candidates``:
+-- [id, needs] in claim order: per wanted queue the first %(n)s jobs that name no limit
+-- (jobs_ready) and, per group of equal needs, that group's first jobs (jobs_gated), as
+-- many as one claim could admit (room). The groups are found by a loose index scan (one
+-- seek per group: a long line of jobs waiting for one full limit costs one seek, not a
+-- scan), at most 1000 per queue. Jobs of a group need the same keys, so once its head
+-- waits the rest do too. %(burst)s is a rate's burst when the limit names none.
+-- ``held``: [limit, partition, holder's host, cost] summed over held jobs (jobs_holding),
+-- for the (limit, partition) pairs the candidates need; ``buckets``: their rate buckets,
+-- global and of %(host)s; ``limits``: the registered limits they name; ``now``: the clock.
+WITH RECURSIVE groups AS (
+    SELECT q.name AS queue, g.limits, 1 AS depth
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT limits FROM {schema}.jobs
+        WHERE state = {ready} AND limits IS NOT NULL AND queue = q.name
+        ORDER BY limits
+        LIMIT 1
+    ) AS g
+    UNION ALL
+    SELECT g.queue,
+           (SELECT limits FROM {schema}.jobs
+            WHERE state = {ready} AND limits IS NOT NULL AND queue = g.queue
+              AND limits > g.limits
+            ORDER BY limits
+            LIMIT 1),
+           g.depth + 1
+    FROM groups AS g
+    WHERE g.limits IS NOT NULL AND g.depth < 1000
+), room AS (
+    -- How many jobs of a group one claim needs to see: its jobs all take the same keys, so
+    -- it admits at most the tightest need's concurrency (or burst) over its cost; one more
+    -- is held back (the claim then says when to look again, retry_in); 1 to %(n)s.
+    SELECT g.limits,
+           greatest(1, least(%(n)s, 1 + min(
+               least(l.concurrency,
+                     CASE WHEN l.rate IS NOT NULL THEN coalesce(l.burst, %(burst)s) END)
+               / greatest((e.need ->> 2)::int, 1)))) AS jobs
+    FROM (SELECT DISTINCT limits FROM groups WHERE limits IS NOT NULL) AS g
+    CROSS JOIN LATERAL json_array_elements(g.limits::json) AS e(need)
+    LEFT JOIN {schema}.limits AS l ON l.name = e.need ->> 0
+    GROUP BY g.limits
+), heads AS (
+    SELECT c.id, c.priority, c.run_at, NULL::text AS limits
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM {schema}.jobs
+        WHERE state = {ready} AND limits IS NULL AND queue = q.name
+        ORDER BY priority, run_at, id
+        LIMIT %(n)s
+    ) AS c
+    UNION ALL
+    SELECT c.id, c.priority, c.run_at, g.limits
+    FROM groups AS g
+    JOIN room AS r ON r.limits = g.limits
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM {schema}.jobs
+        WHERE state = {ready} AND limits IS NOT NULL AND queue = g.queue AND limits = g.limits
+        ORDER BY priority, run_at, id
+        LIMIT r.jobs
+    ) AS c
+), needs AS (
+    SELECT DISTINCT e.need ->> 0 AS name, coalesce(e.need ->> 1, '') AS part
+    FROM (SELECT DISTINCT limits FROM groups WHERE limits IS NOT NULL) AS g
+    CROSS JOIN LATERAL json_array_elements(g.limits::json) AS e(need)
+), held AS (
+    SELECT e.need ->> 0 AS name, e.need ->> 1 AS part, j.host, sum((e.need ->> 2)::int) AS cost
+    FROM {schema}.jobs AS j
+    CROSS JOIN LATERAL json_array_elements(j.limits::json) AS e(need)
+    WHERE j.state IN ({held}) AND j.limits IS NOT NULL
+      AND (e.need ->> 0, coalesce(e.need ->> 1, '')) IN (SELECT name, part FROM needs)
+    GROUP BY 1, 2, 3
+)
+SELECT (SELECT json_agg(json_build_array(h.id, h.limits) ORDER BY h.priority, h.run_at, h.id)
+        FROM heads AS h) AS candidates,
+       (SELECT json_agg(json_build_array(h.name, h.part, h.host, h.cost)) FROM held AS h)
+           AS held,
+       (SELECT json_agg(json_build_array(b.name, b.part, b.host, b.tokens, b.at))
+        FROM {schema}.limit_buckets AS b JOIN needs AS n USING (name, part)
+        WHERE b.host IN ('', %(host)s)) AS buckets,
+       (SELECT json_agg(json_build_array(l.name, l.concurrency, l.rate, l.burst, l.scope,
+                                         l.partition_by))
+        FROM {schema}.limits AS l WHERE l.name IN (SELECT name FROM needs)) AS limits,
+       extract(epoch FROM {now})::float8 AS now;
+
+-- name: claim_admitted
+-- returns: job
+-- The jobs the gated claim admitted, in its transaction: those still ready (a plain claim
+-- may have taken a job that names no limit meanwhile, an operator cancelled one), rows no
+-- one else holds (SKIP LOCKED). Fencing and attempts as in claim; ``host`` is the claimer's,
+-- which host-scoped limits count by.
+WITH picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE id = ANY(%(ids)s::bigint[]) AND state = {ready}
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET state = {claimed}, attempts = j.attempts + 1, lease_token = %(token)s,
+    lease_expires_at = {now} + make_interval(secs => %(lease)s), worker_id = %(worker)s,
+    host = %(host)s
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING {job_columns:j};
+
+-- name: save_buckets
+-- The rate buckets the gated claim drew from, as admit left them.
+INSERT INTO {schema}.limit_buckets (name, part, host, tokens, at)
+SELECT * FROM unnest(%(names)s::text[], %(parts)s::text[], %(hosts)s::text[],
+                     %(tokens)s::float8[], %(ats)s::float8[])
+ON CONFLICT (name, part, host) DO UPDATE SET tokens = excluded.tokens, at = excluded.at;
+
 -- name: probe_work
 -- columns: found
--- Per queue, the first entry of jobs_ready (an index-only look, whatever the table's size;
--- a plain EXISTS over queue = ANY(...) lets the planner pick a sequential scan).
+-- Per queue, the first entry of jobs_ready, then of jobs_gated (index-only looks, whatever
+-- the table's size; a plain EXISTS over queue = ANY(...) lets the planner pick a sequential
+-- scan). A job waiting for a limit is work too: only the claim can tell whether it has room.
 SELECT EXISTS (
            SELECT 1 FROM unnest(%(queues)s::text[]) AS q(name)
            CROSS JOIN LATERAL (
                SELECT 1 FROM {schema}.jobs
-               WHERE state = {ready} AND queue = q.name
+               WHERE state = {ready} AND limits IS NULL AND queue = q.name
                ORDER BY priority, run_at, id
+               LIMIT 1
+           ) AS first
+       )
+    OR EXISTS (
+           SELECT 1 FROM unnest(%(queues)s::text[]) AS q(name)
+           CROSS JOIN LATERAL (
+               SELECT 1 FROM {schema}.jobs
+               WHERE state = {ready} AND limits IS NOT NULL AND queue = q.name
                LIMIT 1
            ) AS first
        )
@@ -316,3 +484,85 @@ WHERE id IN (
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 );
+
+
+-- name: register_limits
+-- columns: name
+-- A worker's declarations, upserted by name. A limit an operator set keeps its values
+-- (concurrency, rate, burst); the declaration is stored either way, for reset_limit.
+INSERT INTO {schema}.limits AS l (name, concurrency, rate, burst, scope, partition_by, declared)
+SELECT * FROM unnest(%(names)s::text[], %(concurrency)s::int[], %(rate)s::float8[],
+                     %(burst)s::int[], %(scope)s::text[], %(partition)s::text[],
+                     %(declared)s::text[])
+ON CONFLICT (name) DO UPDATE
+SET concurrency = CASE WHEN l.overridden THEN l.concurrency ELSE excluded.concurrency END,
+    rate = CASE WHEN l.overridden THEN l.rate ELSE excluded.rate END,
+    burst = CASE WHEN l.overridden THEN l.burst ELSE excluded.burst END,
+    scope = excluded.scope, partition_by = excluded.partition_by,
+    declared = excluded.declared, updated_at = now()
+RETURNING l.name;
+
+-- name: set_limit
+-- columns: name
+UPDATE {schema}.limits
+SET concurrency = %(concurrency)s, rate = %(rate)s, burst = %(burst)s, scope = %(scope)s,
+    partition_by = %(partition)s, overridden = true, updated_at = now()
+WHERE name = %(name)s
+RETURNING name;
+
+-- name: reset_limit
+-- columns: declared
+UPDATE {schema}.limits
+SET concurrency = (declared::json ->> 'concurrency')::int,
+    rate = (declared::json ->> 'rate')::float8,
+    burst = (declared::json ->> 'burst')::int,
+    scope = declared::json ->> 'scope',
+    partition_by = declared::json ->> 'partition',
+    overridden = false, updated_at = now()
+WHERE name = %(name)s
+RETURNING declared;
+
+-- name: limit_names
+-- columns: name
+SELECT name FROM {schema}.limits ORDER BY name;
+
+-- name: notify_gated
+-- columns: notified
+-- Wakes the queues that have jobs waiting for a limit (a loose index scan of jobs_gated, one
+-- seek per queue), after a limit changed: its waiters may have room now.
+WITH RECURSIVE queues AS (
+    SELECT min(queue) AS queue FROM {schema}.jobs
+    WHERE state = {ready} AND limits IS NOT NULL
+    UNION ALL
+    SELECT (SELECT min(queue) FROM {schema}.jobs
+            WHERE state = {ready} AND limits IS NOT NULL AND queue > queues.queue)
+    FROM queues WHERE queues.queue IS NOT NULL
+)
+SELECT pg_notify(%(channel)s, queue) AS notified FROM queues WHERE queue IS NOT NULL;
+
+-- name: figure_limits
+-- columns: name, concurrency, rate, burst, scope, partition_by, overridden
+SELECT name, concurrency, rate, burst, scope, partition_by, overridden FROM {schema}.limits;
+
+-- name: figure_held
+-- columns: name, part, host, cost
+-- Each need of each held job (jobs_holding).
+SELECT e.need ->> 0 AS name, e.need ->> 1 AS part, j.host, (e.need ->> 2)::int AS cost
+FROM {schema}.jobs AS j
+CROSS JOIN LATERAL json_array_elements(j.limits::json) AS e(need)
+WHERE j.state IN ({held}) AND j.limits IS NOT NULL;
+
+-- name: figure_waiting
+-- columns: limits, jobs, oldest
+SELECT limits, count(*) AS jobs, extract(epoch FROM min(run_at))::float8 AS oldest
+FROM {schema}.jobs
+WHERE state = {ready} AND limits IS NOT NULL
+GROUP BY limits;
+
+-- name: figure_buckets
+-- columns: name, part, host, tokens, at
+SELECT name, part, host, tokens, at FROM {schema}.limit_buckets;
+
+-- name: clock
+-- columns: now
+SELECT extract(epoch FROM {now})::float8 AS now;

@@ -1,0 +1,386 @@
+"""Limits on PostgreSQL: the gated claim (jobs that name limits), and the limit verbs.
+
+The plain claim takes only jobs that name no limit, in one statement, and none when a
+wanted queue has jobs that do ("gated"). The broker then claims through ``claim_gated``
+(see ``PostgresBroker.claim``) until one finds no such job left: one transaction of two
+round trips (pipeline mode), which takes jobs of both kinds in one claim order:
+
+1. BEGIN; advisory locks on the limit names, in key order; promote due jobs; read the
+   candidates, the tokens held, the rate buckets, the limits and the clock (one snapshot,
+   taken after the locks).
+2. (``sluicegate.limits.admit`` in Python) claim the admitted jobs; write the buckets back;
+   COMMIT.
+
+Which names to lock is known only once the candidates are read: the names of this queue
+set's previous gated claim are locked first; if the candidates need another, the
+transaction rolls back and runs again with every name, locks taken in order again (one
+more round trip, in the same pipeline). Never a lock taken out of order, so no deadlock.
+Claimers of the same limits admit one at a time, each after the previous one committed:
+the tokens held are never read stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...job import ClaimedJob
+from ...limits import (
+    DEFAULT_BURST,
+    Bucket,
+    Candidate,
+    Key,
+    Limit,
+    Need,
+    admit,
+    decode_needs,
+    in_use_of,
+)
+from ..base import LimitFigures, unknown_limit
+from ..sqlbase import JobRows
+from ..sqlfiles import Query
+from ..wakeups import Subscribers
+from .connections import Connections, psycopg
+
+LIMIT_CACHE_MAX = 1000  # stored limit rows kept as Limit objects
+RACES_MAX = 3  # gated claims in one claim() when other claimers took admitted jobs
+Queues = tuple[str, ...]
+
+
+def declared_json(limit: Limit) -> str:
+    """A declaration as ``limits.declared`` stores it: the values, exactly (reset_limit)."""
+    return json.dumps(
+        {
+            "concurrency": limit.concurrency,
+            "rate": limit.rate,
+            "burst": limit.burst,
+            "scope": limit.scope,
+            "partition": limit.partition,
+        },
+        separators=(",", ":"),
+    )
+
+
+def limit_of(name: str, values: Sequence[Any]) -> Limit:
+    """A Limit from (concurrency, rate, burst, scope, partition_by) as stored."""
+    concurrency, rate, burst, scope, partition = values
+    return Limit(
+        name,
+        concurrency=concurrency,
+        rate=None if rate is None else float(rate),
+        burst=burst,
+        scope=scope,
+        partition=partition,
+    )
+
+
+def needs_by_text(texts: Collection[str]) -> dict[str, tuple[Need, ...]]:
+    """The needs of each distinct stored text, decoded with one ``json.loads`` (a claim may
+    see a thousand groups). JSON of the wrong shape counts as none: its job is claimed, and
+    the claim reads it as a corrupt row (a ``problem``, so the job goes dead), instead of
+    every claim failing on it. (Text that is not JSON at all fails the claim's read in SQL:
+    only a hand-made row can hold it.)"""
+    ordered = list(texts)
+    try:
+        parsed = json.loads("[" + ",".join(ordered) + "]")
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, list) or len(parsed) != len(ordered):
+        parsed = [None] * len(ordered)  # one bad text: each on its own, below
+    out = {}
+    for text, value in zip(ordered, parsed, strict=True):
+        try:
+            if value is None:
+                out[text] = decode_needs(text)
+            else:
+                out[text] = tuple(
+                    (str(n), None if p is None else str(p), int(c)) for n, p, c in value
+                )
+        except (ValueError, TypeError):
+            out[text] = ()
+    return out
+
+
+class _Relock(Exception):
+    """Roll the gated claim back and take its locks again, with these names."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        super().__init__(sorted(names))
+        self.names = names
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """What one gated claim decided: the ids to claim (claim order), the buckets to write,
+    when to look again (None: no limit held a job back), and whether any job waited."""
+
+    ids: list[int]
+    buckets: dict[Key, Bucket]
+    retry_in: float | None
+    waiting: bool
+
+
+class Limits:
+    """The limit half of PostgresBroker: the gated claim and the limit verbs."""
+
+    schema: str
+    channel: str
+    _db: Connections
+    _queries: dict[str, Query]
+    _jobs: dict[str, JobRows]
+    _subscribers: Subscribers
+    _now: Callable[[], float | None]
+
+    def _init_limits(self) -> None:
+        # Per set of queues: whether its last claim saw jobs waiting for a limit (then the
+        # next claim is gated), and the limit names its last gated claim needed (locked
+        # first by the next). Plain dicts: one assignment at a time is thread-safe.
+        self._gated_seen: dict[Queues, bool] = {}
+        self._lock_names: dict[Queues, frozenset[str]] = {}
+        self._limit_cache: dict[tuple[Any, ...], Limit] = {}
+
+    # ---- the gated claim ----------------------------------------------------------------
+    def claim_gated(
+        self, queues: Queues, n: int, lease: float, worker_id: str, host: str, token: int
+    ) -> tuple[list[ClaimedJob], float | None]:
+        """Claim up to ``n`` jobs of ``queues``, limited or not, in claim order, admitting
+        the limited ones by ``admit``; returns them (unordered) and the admission's retry_in.
+
+        An admitted job another claimer took meanwhile (a job that names no limit: those
+        that do are only taken under their limits' locks) leaves room for more: the claim
+        goes again for what is missing, a few times at most."""
+        jobs: list[ClaimedJob] = []
+        retry_in: float | None = None
+        for _ in range(RACES_MAX):
+            got, admitted, retry_in = self._claim_gated_once(
+                queues, n - len(jobs), lease, worker_id, host, token
+            )
+            jobs.extend(got)
+            if len(got) == admitted or len(jobs) >= n:
+                break
+        return jobs, retry_in
+
+    def _claim_gated_once(
+        self, queues: Queues, n: int, lease: float, worker_id: str, host: str, token: int
+    ) -> tuple[list[ClaimedJob], int, float | None]:
+        """One gated claim transaction: (the jobs claimed, how many were admitted, retry_in)."""
+        q = self._queries
+        now = self._now()
+        names = self._lock_names.get(queues, frozenset())
+        read = q["claim_gated_read"]
+        params = {"queues": list(queues), "n": n, "host": host, "burst": DEFAULT_BURST, "now": now}
+        rows: list[Any] = []
+        with self._db.single() as conn, rolled_back_on_error(conn):
+            # BEGIN and COMMIT as statements: psycopg's transaction() syncs the pipeline
+            # when it starts and before it commits, a round trip each.
+            with conn.pipeline():
+                claimed = None
+                for attempt in (1, 2):
+                    conn.execute("BEGIN")
+                    conn.execute(q["claim_settings"])
+                    locks = {"schema": self.schema, "names": sorted(names)}
+                    conn.execute(q["lock_limits"], locks)
+                    conn.execute(q["promote_due"], {"now": now})
+                    row = conn.execute(read, params).fetchone()  # round trip 1
+                    try:
+                        admission, needed = self._admit(row, n, host, names, attempt == 1)
+                    except _Relock as relock:
+                        conn.execute("ROLLBACK")  # sent with the next attempt's statements
+                        names = relock.names
+                        continue
+                    if admission.ids:
+                        claim = {
+                            "ids": admission.ids, "token": token, "lease": lease,
+                            "worker": worker_id, "host": host, "now": now,
+                        }  # fmt: skip
+                        claimed = conn.execute(q["claim_admitted"], claim)
+                    if admission.buckets:
+                        conn.execute(q["save_buckets"], bucket_params(admission.buckets))
+                    conn.execute("COMMIT")
+                    break
+            # round trip 2: the pipeline's end sends what is queued, COMMIT included
+            if claimed is not None:
+                rows = claimed.fetchall()
+        # Next time: the names this claim needed are locked first; none waiting, no gate.
+        self._lock_names[queues] = needed
+        self._gated_seen[queues] = admission.waiting
+        read_row = self._jobs["claim_admitted"].claimed
+        return [read_row(r, token) for r in rows], len(admission.ids), admission.retry_in
+
+    def _admit(
+        self, row: Any, n: int, host: str, locked: frozenset[str], may_relock: bool
+    ) -> tuple[Admitted, frozenset[str]]:
+        """Admission from what claim_gated_read returned, and the limit names its candidates
+        need. Raises _Relock when they need a name not locked (and ``may_relock``); else the
+        candidates that do are left for the next claim, which looks again at once."""
+        read = self._queries["claim_gated_read"]
+        listed = row[read.at["candidates"]] or []
+        groups = needs_by_text({text for _, text in listed if text is not None})
+        candidates = [
+            Candidate(job_id, () if text is None else groups[text]) for job_id, text in listed
+        ]
+        needed = frozenset(name for needs in groups.values() for name, _, _ in needs)
+        unlocked = not needed <= locked
+        if unlocked:
+            if may_relock:
+                raise _Relock(locked | needed)
+            # Jobs with new needs came in between the two reads: they wait for the next claim.
+            candidates = [c for c in candidates if all(nd[0] in locked for nd in c.needs)]
+        limits = {name: self._limit(name, values) for name, *values in row[read.at["limits"]] or []}
+        held = [
+            (name, part, holder, int(cost or 0))  # None: a cost of the wrong shape
+            for name, part, holder, cost in row[read.at["held"]] or []
+        ]
+        buckets = {
+            (name, part, holder): Bucket(float(tokens), float(at))
+            for name, part, holder, tokens, at in row[read.at["buckets"]] or []
+        }
+        now = float(row[read.at["now"]])
+        admission = admit(candidates, n, limits, in_use_of(held, host, limits), buckets, now, host)
+        retry_in = 0.0 if unlocked else admission.retry_in
+        return Admitted(admission.ids, admission.buckets, retry_in, bool(groups)), needed
+
+    def _limit(self, name: str, values: Sequence[Any]) -> Limit:
+        """A Limit per stored row, made (and validated) once."""
+        key = (name, *values)
+        limit = self._limit_cache.get(key)
+        if limit is None:
+            if len(self._limit_cache) > LIMIT_CACHE_MAX:
+                self._limit_cache.clear()
+            limit = self._limit_cache[key] = limit_of(name, values)
+        return limit
+
+    # ---- the limit verbs ----------------------------------------------------------------
+    def register_limits(self, limits: Sequence[Limit]) -> None:
+        latest = {limit.name: limit for limit in limits}  # a name given twice: the last wins
+        if not latest:
+            return
+        ordered = [latest[name] for name in sorted(latest)]  # one lock order for all workers
+        params = {
+            "names": [lim.name for lim in ordered],
+            "concurrency": [lim.concurrency for lim in ordered],
+            "rate": [lim.rate for lim in ordered],
+            "burst": [lim.burst for lim in ordered],
+            "scope": [lim.scope for lim in ordered],
+            "partition": [lim.partition for lim in ordered],
+            "declared": [declared_json(lim) for lim in ordered],
+        }
+        with self._db.transaction() as conn:
+            conn.execute(self._queries["register_limits"], params)
+            self._wake_waiters(conn)
+        self._subscribers.notify_local()
+
+    def set_limit(self, limit: Limit) -> None:
+        params = {
+            "name": limit.name,
+            "concurrency": limit.concurrency,
+            "rate": limit.rate,
+            "burst": limit.burst,
+            "scope": limit.scope,
+            "partition": limit.partition,
+        }
+        with self._db.transaction() as conn:
+            if conn.execute(self._queries["set_limit"], params).fetchone() is None:
+                raise unknown_limit(limit.name, self._limit_names(conn))
+            self._wake_waiters(conn)
+        self._subscribers.notify_local()
+
+    def reset_limit(self, name: str) -> Limit:
+        query = self._queries["reset_limit"]
+        with self._db.transaction() as conn:
+            row = conn.execute(query, {"name": name}).fetchone()
+            if row is None:
+                raise unknown_limit(name, self._limit_names(conn))
+            self._wake_waiters(conn)
+        self._subscribers.notify_local()
+        return Limit(name, **json.loads(row[query.at["declared"]]))
+
+    def _limit_names(self, conn: Any) -> list[str]:
+        query = self._queries["limit_names"]
+        return [r[query.at["name"]] for r in conn.execute(query).fetchall()]
+
+    def _wake_waiters(self, conn: Any) -> None:
+        """NOTIFY (at commit) the queues with jobs waiting for a limit: a changed limit may
+        have room for them. Workers held back by a limit also look again every RECHECK s."""
+        conn.execute(self._queries["notify_gated"], {"channel": self.channel}).fetchall()
+
+    def limit_figures(self) -> LimitFigures:
+        q = self._queries
+        now = {"now": self._now()}
+        names = ("figure_limits", "figure_held", "figure_waiting", "figure_buckets", "clock")
+        with self._db.single() as conn, rolled_back_on_error(conn):
+            with conn.pipeline():  # one round trip
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cursors = [
+                    conn.execute(q[name], now if name == "clock" else None) for name in names
+                ]
+                conn.execute("COMMIT")
+            rows = {name: cur.fetchall() for name, cur in zip(names, cursors, strict=True)}
+        lim, held, waiting, bucket = (
+            q[name] for name in ("figure_limits", "figure_held", "figure_waiting", "figure_buckets")
+        )
+        limits = {
+            r[lim.at["name"]]: limit_of(
+                r[lim.at["name"]],
+                [r[lim.at[c]] for c in ("concurrency", "rate", "burst", "scope", "partition_by")],
+            )
+            for r in rows["figure_limits"]
+        }
+        return LimitFigures(
+            limits=limits,
+            overridden=frozenset(
+                r[lim.at["name"]] for r in rows["figure_limits"] if r[lim.at["overridden"]]
+            ),
+            held=[
+                (
+                    r[held.at["name"]],
+                    r[held.at["part"]],
+                    r[held.at["host"]],
+                    int(r[held.at["cost"]]),
+                )
+                for r in rows["figure_held"]
+            ],
+            waiting=[
+                (
+                    r[waiting.at["limits"]],
+                    int(r[waiting.at["jobs"]]),
+                    float(r[waiting.at["oldest"]]),
+                )
+                for r in rows["figure_waiting"]
+            ],
+            buckets={
+                (r[bucket.at["name"]], r[bucket.at["part"]], r[bucket.at["host"]]): Bucket(
+                    float(r[bucket.at["tokens"]]), float(r[bucket.at["at"]])
+                )
+                for r in rows["figure_buckets"]
+            },
+            now=float(rows["clock"][0][q["clock"].at["now"]]),
+        )
+
+
+@contextlib.contextmanager
+def rolled_back_on_error(conn: Any) -> Iterator[None]:
+    """Ends a transaction begun by a BEGIN statement that an error left open (the pool would
+    too, with a warning); a broken connection stays broken, its error is the one raised."""
+    try:
+        yield
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
+        raise
+
+
+def bucket_params(buckets: dict[Key, Bucket]) -> dict[str, list[Any]]:
+    """save_buckets' arrays, in key order (one row lock order for every claimer)."""
+    keys = sorted(buckets)
+    return {
+        "names": [k[0] for k in keys],
+        "parts": [k[1] for k in keys],
+        "hosts": [k[2] for k in keys],
+        "tokens": [buckets[k].tokens for k in keys],
+        "ats": [buckets[k].at for k in keys],
+    }
