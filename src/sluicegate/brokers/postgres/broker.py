@@ -353,6 +353,11 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
             )
 
     # ---- wake-ups -----------------------------------------------------------------------
+    def wake_claimers(self) -> None:
+        """NOTIFY the queues with jobs waiting for a limit (one statement, autocommit)."""
+        with self._db.single() as conn:
+            self._wake_waiters(conn)
+
     def wakeups_healthy(self) -> bool:
         return self._listener.listening.is_set()
 

@@ -69,8 +69,9 @@ class Inserts:
             "kwargs": [s.kwargs_json for s in specs],
             "priority": [s.priority for s in specs],
             "max_attempts": [s.max_attempts for s in specs],
-            "delay": [s.delay for s in specs],
-            "run_at": [s.run_at for s in specs],
+            # floats throughout: psycopg refuses a list that mixes ints and floats
+            "delay": [float(s.delay) for s in specs],
+            "run_at": [None if s.run_at is None else float(s.run_at) for s in specs],
             "limits": [s.limits for s in specs],
             "now": now,
             "channel": self.channel,
