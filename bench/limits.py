@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -28,38 +27,19 @@ sys.path.insert(0, str(BENCH_DIR))
 import benchapp  # noqa: E402
 from pgscratch import server_info  # noqa: E402
 from throughput import (  # noqa: E402
-    Worker,
     broker_url,
-    close_all,
-    drain_rate,
     load,
     machine,
+    measure_warm_drain,
     median,
-    open_app,
     parse_config,
-    wait_drained,
-    wait_listening,
 )
 
 
 def measure(url: str, n: int, workers: int, slots: int, limited: bool) -> float:
     """W idle workers x S slots, then N no-op jobs (limited or not); returns jobs/s."""
-    open_app(url)  # creates the schema before the workers start
-    procs = [Worker(url, burst=False, slots=slots) for _ in range(workers)]
-    try:
-        for proc in procs:
-            proc.wait_ready()
-        wait_listening(url, workers)
-        time.sleep(0.3)  # past the workers' first idle probes and limit registration
-        task = benchapp.noop_limited if limited else benchapp.noop
-        ids = {job.id for job in task.enqueue_many([[] for _ in range(n)])}
-        wait_drained(n, timeout=max(120.0, n / 50))
-    finally:
-        close_all(procs)
-    try:
-        return drain_rate(ids, n)
-    finally:
-        benchapp.app.close()
+    task = benchapp.noop_limited if limited else benchapp.noop
+    return measure_warm_drain(url, n, workers, slots, task)[0]
 
 
 def main() -> None:

@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
@@ -349,8 +350,11 @@ def wait_drained(n: int, timeout: float) -> None:
         time.sleep(0.25)
 
 
-def measure_warm_drain(url: str, n: int, workers: int, slots: int) -> tuple[float, float]:
-    """W idle workers x S slots, then N jobs in one transaction; returns (jobs/s, CPU s)."""
+def measure_warm_drain(
+    url: str, n: int, workers: int, slots: int, task: Any = None
+) -> tuple[float, float]:
+    """W idle workers x S slots, then N jobs of ``task`` (default: ``noop``) in one
+    transaction; returns (jobs/s, CPU s)."""
     open_app(url)  # creates the schema before the workers start
     procs = [Worker(url, burst=False, slots=slots) for _ in range(workers)]
     try:
@@ -359,7 +363,8 @@ def measure_warm_drain(url: str, n: int, workers: int, slots: int) -> tuple[floa
         wait_listening(url, workers)
         time.sleep(0.2)  # past the workers' first idle probes
         cpu0 = sum(process_cpu(p.proc.pid) for p in procs)
-        ids = {job.id for job in benchapp.noop.enqueue_many([[] for _ in range(n)])}
+        task = task or benchapp.noop
+        ids = {job.id for job in task.enqueue_many([[] for _ in range(n)])}
         wait_drained(n, timeout=max(120.0, n / 50))
         cpu1 = sum(process_cpu(p.proc.pid) for p in procs)
     finally:
