@@ -46,6 +46,7 @@ from ..wakeups import Subscribers
 from .connections import Connections, psycopg
 
 LIMIT_CACHE_MAX = 1000  # stored limit rows kept as Limit objects
+MAX_GROUPS = 1000  # groups of equal needs a claim visits per queue (see claim_gated_read)
 RACES_MAX = 3  # gated claims in one claim() when other claimers took admitted jobs
 Queues = tuple[str, ...]
 
@@ -141,6 +142,7 @@ class Limits:
         self._gated_seen: dict[Queues, bool] = {}
         self._lock_names: dict[Queues, frozenset[str]] = {}
         self._limit_cache: dict[tuple[Any, ...], Limit] = {}
+        self._group_cursor: dict[str, str] = {}  # queue -> where its next group scan starts
 
     # ---- the gated claim ----------------------------------------------------------------
     def claim_gated(
@@ -172,6 +174,8 @@ class Limits:
         names = self._lock_names.get(queues, frozenset())
         read = q["claim_gated_read"]
         params = {"queues": list(queues), "n": n, "host": host, "burst": DEFAULT_BURST, "now": now}
+        params["after"] = [self._group_cursor.get(queue, "") for queue in queues]
+        params["groups"] = MAX_GROUPS
         rows: list[Any] = []
         with self._db.single() as conn, rolled_back_on_error(conn):
             # BEGIN and COMMIT as statements: psycopg's transaction() syncs the pipeline
@@ -185,6 +189,7 @@ class Limits:
                     conn.execute(q["lock_limits"], locks)
                     conn.execute(q["promote_due"], {"now": now})
                     row = conn.execute(read, params).fetchone()  # round trip 1
+                    self._note_groups(queues, row[read.at["scanned"]] or [])
                     try:
                         admission, needed = self._admit(row, n, host, names, attempt == 1)
                     except _Relock as relock:
@@ -209,6 +214,15 @@ class Limits:
         self._gated_seen[queues] = admission.waiting
         read_row = self._jobs["claim_admitted"].claimed
         return [read_row(r, token) for r in rows], len(admission.ids), admission.retry_in
+
+    def _note_groups(self, queues: Queues, scanned: list[Any]) -> None:
+        """Where each queue's next group scan starts: after the last group read when the
+        scan stopped at MAX_GROUPS, else at the beginning."""
+        for queue in queues:
+            self._group_cursor.pop(queue, None)
+        for queue, found, last in scanned:
+            if found >= MAX_GROUPS:
+                self._group_cursor[queue] = last
 
     def _admit(
         self, row: Any, n: int, host: str, locked: frozenset[str], may_relock: bool

@@ -336,6 +336,17 @@ class TestLimitOrder:
         assert [c.job.limits for c in got] == [(DB,), (API,), (API,)] + [()] * 5
         assert ids(got)[3:] == [j.id for j in free]
 
+    def test_every_group_gets_its_turn_past_a_thousand(self, broker: Broker) -> None:
+        """More partitions waiting than a claim visits at once (1,000 on the SQL brokers):
+        successive claims go round them all, none waits for the first ones to drain."""
+        broker.register_limits([Limit("per", concurrency=1, partition="k")])
+        keys = [f"k{i:04d}" for i in range(1100)]
+        broker.enqueue([needing(("per", key, 1)) for key in keys for _ in range(2)])
+        started: set[str | None] = set()
+        for _ in range(3):
+            started |= {c.job.limits[0][1] for c in claim(broker, 2000)}
+        assert started == set(keys)
+
     def test_other_limits_behind_a_full_one_still_start(self, broker: Broker) -> None:
         broker.register_limits([Limit("db", concurrency=1), Limit("api", concurrency=2)])
         put_many(broker, 10, DB)

@@ -205,23 +205,26 @@ WHERE id IN (
 );
 
 -- name: claim_gated_read
--- columns: candidates, held, buckets, limits, now
+-- columns: candidates, held, buckets, limits, now, scanned
 -- What the gated claim admits from, in one snapshot taken after lock_limits. ``candidates``:
 -- [id, needs] in claim order: per wanted queue the first %(n)s jobs that name no limit
 -- (jobs_ready) and, per group of equal needs, that group's first jobs (jobs_gated), as
 -- many as one claim could admit (room). The groups are found by a loose index scan (one
 -- seek per group: a long line of jobs waiting for one full limit costs one seek, not a
--- scan), at most 1000 per queue. Jobs of a group need the same keys, so once its head
+-- scan), at most 1000 per queue, from the text after %(after)s (per queue: where the last
+-- claim's scan stopped, when it found 1000; ``scanned`` says how many this one found and
+-- the last, so with more groups than that every claim goes on where the previous one
+-- stopped and each group is visited in turn). Jobs of a group need the same keys, so once its head
 -- waits the rest do too. %(burst)s is a rate's burst when the limit names none.
 -- ``held``: [limit, partition, holder's host, cost] summed over held jobs (jobs_holding),
 -- for the (limit, partition) pairs the candidates need; ``buckets``: their rate buckets,
 -- global and of %(host)s; ``limits``: the registered limits they name; ``now``: the clock.
 WITH RECURSIVE groups AS (
     SELECT q.name AS queue, g.limits, 1 AS depth
-    FROM unnest(%(queues)s::text[]) AS q(name)
+    FROM unnest(%(queues)s::text[], %(after)s::text[]) AS q(name, after)
     CROSS JOIN LATERAL (
         SELECT limits FROM {schema}.jobs
-        WHERE state = {ready} AND limits IS NOT NULL AND queue = q.name
+        WHERE state = {ready} AND limits IS NOT NULL AND queue = q.name AND limits > q.after
         ORDER BY limits
         LIMIT 1
     ) AS g
@@ -234,7 +237,7 @@ WITH RECURSIVE groups AS (
             LIMIT 1),
            g.depth + 1
     FROM groups AS g
-    WHERE g.limits IS NOT NULL AND g.depth < 1000
+    WHERE g.limits IS NOT NULL AND g.depth < %(groups)s
 ), room AS (
     -- How many jobs of a group one claim needs to see: its jobs all take the same keys, so
     -- it admits at most the tightest need's concurrency (or burst) over its cost; one more
@@ -289,7 +292,10 @@ SELECT (SELECT json_agg(json_build_array(h.id, h.limits) ORDER BY h.priority, h.
        (SELECT json_agg(json_build_array(l.name, l.concurrency, l.rate, l.burst, l.scope,
                                          l.partition_by))
         FROM {schema}.limits AS l WHERE l.name IN (SELECT name FROM needs)) AS limits,
-       extract(epoch FROM {now})::float8 AS now;
+       extract(epoch FROM {now})::float8 AS now,
+       (SELECT json_agg(json_build_array(s.queue, s.found, s.last))
+        FROM (SELECT queue, count(*) AS found, max(limits) AS last FROM groups
+              WHERE limits IS NOT NULL GROUP BY queue) AS s) AS scanned;
 
 -- name: claim_admitted
 -- returns: job
