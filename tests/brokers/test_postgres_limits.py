@@ -341,6 +341,33 @@ class TestStorage:
         assert len(pg.claim(["q"], 5, LEASE, "w")) == 1  # gated: finds none waiting
         assert not pg._gated_seen[("q",)]
 
+    def test_concurrency_limits_claim_in_one_statement_rates_in_python(
+        self, pg: PostgresBroker, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """After a first claim has learnt the names, a queue whose limits bound only
+        concurrency claims by claim_gated_fast; a rate sends it to the Python admission."""
+        pg.register_limits([Limit("db", concurrency=2), Limit("api", rate=1000.0, burst=5)])
+        pg.enqueue([spec([("db", None, 1)]) for _ in range(6)])
+        fast: list[int] = []
+        real = type(pg)._claim_gated_fast
+
+        def counted(self: Any, *args: Any) -> Any:
+            fast.append(1)
+            return real(self, *args)
+
+        monkeypatch.setattr(type(pg), "_claim_gated_fast", counted)
+        first = pg.claim(["q"], 5, LEASE, "w")  # learns the names: the two-trip path
+        assert len(first) == 2 and fast == []
+        assert pg.claim(["q"], 5, LEASE, "w") == [] and len(fast) == 1  # full: none
+        pg.ack(first[0].claim)
+        assert len(pg.claim(["q"], 5, LEASE, "w")) == 1 and len(fast) == 2
+        pg.enqueue([spec([("api", None, 1)]) for _ in range(3)])
+        got = pg.claim(["q"], 5, LEASE, "w")  # meets a rate: finished the other way
+        assert [c.job.limits[0][0] for c in got] == ["api"] * 3
+        assert len(fast) == 3
+        pg.claim(["q"], 5, LEASE, "w")
+        assert len(fast) == 3  # these queues now admit in Python
+
     def test_new_limit_names_relock_in_order(
         self, pg: PostgresBroker, monkeypatch: pytest.MonkeyPatch
     ) -> None:

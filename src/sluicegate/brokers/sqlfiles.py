@@ -123,12 +123,21 @@ def blocks(dialect: str) -> tuple[Block, ...]:
     return tuple(found)
 
 
+FRAGMENT = "fragment_"  # a block named fragment_X is SQL text other blocks include as {fragment_X}
+
+
 def load_queries(dialect: str, values: Mapping[str, Value]) -> dict[str, Query]:
     """The dialect's queries, rendered with ``values`` (and the state placeholders), each
-    checked against its declared result columns."""
+    checked against its declared result columns. A ``fragment_`` block is no query: it is
+    rendered first and filled in wherever another block names it (shared CTEs)."""
     values = {**state_values(), **values}
+    for block in blocks(dialect):
+        if block.name.startswith(FRAGMENT):
+            values[block.name] = render(block.sql, values, f"{dialect} fragment {block.name}")
     queries = {}
     for block in blocks(dialect):
+        if block.name.startswith(FRAGMENT):
+            continue
         where = f"{dialect} query {block.name}"
         sql = render(block.sql, values, where)
         found = result_columns(sql, where)

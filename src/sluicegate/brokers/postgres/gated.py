@@ -17,6 +17,13 @@ transaction rolls back and runs again with every name, locks taken in order agai
 more round trip, in the same pipeline). Never a lock taken out of order, so no deadlock.
 Claimers of the same limits admit one at a time, each after the previous one committed:
 the tokens held are never read stale.
+
+When the last gated claim of a set of queues met only limits that bound concurrency (no
+rate), the next one is a single round trip instead: BEGIN, the locks, promotion and
+``claim_gated_fast`` (which admits in SQL, by running sums per key in claim order, and
+claims) and COMMIT, pipelined, so the locks are held for one statement's time. Jobs it
+cannot judge (a limit name it did not lock, a rate) are claimed by the two-trip path in
+the same call.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from typing import Any
 from ...job import ClaimedJob
 from ...limits import (
     DEFAULT_BURST,
+    RECHECK,
     Bucket,
     Candidate,
     Key,
@@ -122,6 +130,7 @@ class Admitted:
     buckets: dict[Key, Bucket]
     retry_in: float | None
     waiting: bool
+    rated: bool  # a limit the candidates need has a rate: the fast claim cannot admit them
 
 
 class Limits:
@@ -143,19 +152,32 @@ class Limits:
         self._lock_names: dict[Queues, frozenset[str]] = {}
         self._limit_cache: dict[tuple[Any, ...], Limit] = {}
         self._group_cursor: dict[str, str] = {}  # queue -> where its next group scan starts
+        # Per set of queues: whether a limit its last gated claim met has a rate (then the
+        # claim admits in Python, claim_gated_read; else in SQL, claim_gated_fast).
+        self._rated: dict[Queues, bool] = {}
 
     # ---- the gated claim ----------------------------------------------------------------
     def claim_gated(
         self, queues: Queues, n: int, lease: float, worker_id: str, host: str, token: int
     ) -> tuple[list[ClaimedJob], float | None]:
-        """Claim up to ``n`` jobs of ``queues``, limited or not, in claim order, admitting
-        the limited ones by ``admit``; returns them (unordered) and the admission's retry_in.
+        """Claim up to ``n`` jobs of ``queues``, limited or not, in claim order; returns
+        them (unordered) and when to look again (retry_in). Where the last claim of these
+        queues met only concurrency limits, the admission is SQL's, in one round trip
+        (``_claim_gated_fast``); otherwise, and for what that could not judge, Python's
+        (``sluicegate.limits.admit``) over two.
 
         An admitted job another claimer took meanwhile (a job that names no limit: those
         that do are only taken under their limits' locks) leaves room for more: the claim
         goes again for what is missing, a few times at most."""
         jobs: list[ClaimedJob] = []
-        retry_in: float | None = None
+        if queues in self._lock_names and not self._rated.get(queues, True):
+            jobs, retry_in, judged = self._claim_gated_fast(
+                queues, n, lease, worker_id, host, token
+            )
+            if judged or len(jobs) >= n:
+                return jobs, retry_in
+            # it met jobs it could not judge (a new name, a rate): the rest the other way
+        retry_in = None
         for _ in range(RACES_MAX):
             got, admitted, retry_in = self._claim_gated_once(
                 queues, n - len(jobs), lease, worker_id, host, token
@@ -212,8 +234,47 @@ class Limits:
         # Next time: the names this claim needed are locked first; none waiting, no gate.
         self._lock_names[queues] = needed
         self._gated_seen[queues] = admission.waiting
+        self._rated[queues] = admission.rated
         read_row = self._jobs["claim_admitted"].claimed
         return [read_row(r, token) for r in rows], len(admission.ids), admission.retry_in
+
+    def _claim_gated_fast(
+        self, queues: Queues, n: int, lease: float, worker_id: str, host: str, token: int
+    ) -> tuple[list[ClaimedJob], float | None, bool]:
+        """The gated claim in one round trip (BEGIN, the locks of the names the last claim
+        needed, promotion, claim_gated_fast, COMMIT), for limits that bound concurrency
+        only: (jobs, retry_in, judged). Not ``judged``: it held back jobs it could not
+        judge (a name not locked, a rate); the caller claims for them the other way."""
+        q = self._queries
+        fast = q["claim_gated_fast"]
+        locked = self._lock_names[queues]
+        now = self._now()
+        params = {
+            "queues": list(queues), "n": n, "host": host, "burst": DEFAULT_BURST, "now": now,
+            "after": [self._group_cursor.get(queue, "") for queue in queues],
+            "groups": MAX_GROUPS, "locked": sorted(locked), "token": token, "lease": lease,
+            "worker": worker_id,
+        }  # fmt: skip
+        with self._db.single() as conn, rolled_back_on_error(conn):
+            with conn.pipeline():  # one round trip, COMMIT included
+                conn.execute("BEGIN")
+                conn.execute(q["claim_settings"])
+                conn.execute(q["lock_limits"], {"schema": self.schema, "names": sorted(locked)})
+                conn.execute(q["promote_due"], {"now": now})
+                cursor = conn.execute(fast, params)
+                conn.execute("COMMIT")
+            rows = cursor.fetchall()
+        first = rows[0]
+        needed = frozenset(first[fast.at["names"]])
+        rated = bool(first[fast.at["rated"]])
+        self._note_groups(queues, first[fast.at["scanned"]] or [])
+        judged = not rated and needed <= locked
+        self._lock_names[queues] = needed if judged else locked | needed
+        self._gated_seen[queues] = bool(needed)
+        self._rated[queues] = rated
+        read_row = self._jobs["claim_gated_fast"].claimed
+        jobs = [read_row(r, token) for r in rows if r[fast.at["id"]] is not None]
+        return jobs, RECHECK if first[fast.at["refused"]] else None, judged
 
     def _note_groups(self, queues: Queues, scanned: list[Any]) -> None:
         """Where each queue's next group scan starts: after the last group read when the
@@ -255,7 +316,9 @@ class Limits:
         now = float(row[read.at["now"]])
         admission = admit(candidates, n, limits, in_use_of(held, host, limits), buckets, now, host)
         retry_in = 0.0 if unlocked else admission.retry_in
-        return Admitted(admission.ids, admission.buckets, retry_in, bool(groups)), needed
+        rated = any(limit.rate is not None for limit in limits.values())
+        admitted = Admitted(admission.ids, admission.buckets, retry_in, bool(groups), rated)
+        return admitted, needed
 
     def _limit(self, name: str, values: Sequence[Any]) -> Limit:
         """A Limit per stored row, made (and validated) once."""

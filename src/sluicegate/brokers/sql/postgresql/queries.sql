@@ -204,22 +204,10 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED
 );
 
--- name: claim_gated_read
--- columns: candidates, held, buckets, limits, now, scanned
--- What the gated claim admits from, in one snapshot taken after lock_limits. ``candidates``:
--- [id, needs] in claim order: per wanted queue the first %(n)s jobs that name no limit
--- (jobs_ready) and, per group of equal needs, that group's first jobs (jobs_gated), as
--- many as one claim could admit (room). The groups are found by a loose index scan (one
--- seek per group: a long line of jobs waiting for one full limit costs one seek, not a
--- scan), at most 1000 per queue, from the text after %(after)s (per queue: where the last
--- claim's scan stopped, when it found 1000; ``scanned`` says how many this one found and
--- the last, so with more groups than that every claim goes on where the previous one
--- stopped and each group is visited in turn). Jobs of a group need the same keys, so once its head
--- waits the rest do too. %(burst)s is a rate's burst when the limit names none.
--- ``held``: [limit, partition, holder's host, cost] summed over held jobs (jobs_holding),
--- for the (limit, partition) pairs the candidates need; ``buckets``: their rate buckets,
--- global and of %(host)s; ``limits``: the registered limits they name; ``now``: the clock.
-WITH RECURSIVE groups AS (
+-- name: fragment_gated
+-- The candidates of a gated claim and what they need, as CTEs, shared by claim_gated_read
+-- and claim_gated_fast (see claim_gated_read for each part).
+groups AS (
     SELECT q.name AS queue, g.limits, 1 AS depth
     FROM unnest(%(queues)s::text[], %(after)s::text[]) AS q(name, after)
     CROSS JOIN LATERAL (
@@ -282,6 +270,23 @@ WITH RECURSIVE groups AS (
       AND (e.need ->> 0, coalesce(e.need ->> 1, '')) IN (SELECT name, part FROM needs)
     GROUP BY 1, 2, 3
 )
+
+-- name: claim_gated_read
+-- columns: candidates, held, buckets, limits, now, scanned
+-- What the gated claim admits from, in one snapshot taken after lock_limits. ``candidates``:
+-- [id, needs] in claim order: per wanted queue the first %(n)s jobs that name no limit
+-- (jobs_ready) and, per group of equal needs, that group's first jobs (jobs_gated), as
+-- many as one claim could admit (room). The groups are found by a loose index scan (one
+-- seek per group: a long line of jobs waiting for one full limit costs one seek, not a
+-- scan), at most 1000 per queue, from the text after %(after)s (per queue: where the last
+-- claim's scan stopped, when it found 1000; ``scanned`` says how many this one found and
+-- the last, so with more groups than that every claim goes on where the previous one
+-- stopped and each group is visited in turn). Jobs of a group need the same keys, so once its head
+-- waits the rest do too. %(burst)s is a rate's burst when the limit names none.
+-- ``held``: [limit, partition, holder's host, cost] summed over held jobs (jobs_holding),
+-- for the (limit, partition) pairs the candidates need; ``buckets``: their rate buckets,
+-- global and of %(host)s; ``limits``: the registered limits they name; ``now``: the clock.
+WITH RECURSIVE {fragment_gated}
 SELECT (SELECT json_agg(json_build_array(h.id, h.limits) ORDER BY h.priority, h.run_at, h.id)
         FROM heads AS h) AS candidates,
        (SELECT json_agg(json_build_array(h.name, h.part, h.host, h.cost)) FROM held AS h)
@@ -296,6 +301,73 @@ SELECT (SELECT json_agg(json_build_array(h.id, h.limits) ORDER BY h.priority, h.
        (SELECT json_agg(json_build_array(s.queue, s.found, s.last))
         FROM (SELECT queue, count(*) AS found, max(limits) AS last FROM groups
               WHERE limits IS NOT NULL GROUP BY queue) AS s) AS scanned;
+
+-- name: claim_gated_fast
+-- columns: refused, names, rated, scanned, job.*
+-- The gated claim in one statement, when the limits its queues' jobs name bound only
+-- concurrency (no rate): sent with BEGIN, the locks of %(locked)s and COMMIT in one round
+-- trip, so the locks are held for one statement's time. Same candidates and the same tokens
+-- held as claim_gated_read; admission in SQL, in claim order: per (limit, partition), a
+-- job is taken only if the tokens held plus the costs of every job before it (and its own)
+-- that needs that key fit the concurrency. A job held back for a key thereby holds back
+-- every later job of that key (the order kept), and may hold back jobs behind it that it
+-- shares another key with (a claim may take a little less than sluicegate.limits.admit
+-- would; never more). Jobs naming a limit that is not registered, has a rate, or is not
+-- among %(locked)s are held back; ``names`` (every name the candidates need) and
+-- ``rated`` tell the broker to lock more names, or to take the other path, next time.
+WITH RECURSIVE {fragment_gated},
+used AS (
+    SELECT n.name, n.part,
+           coalesce(sum(h.cost) FILTER (WHERE l.scope <> 'host' OR h.host = %(host)s), 0)
+               AS tokens
+    FROM needs AS n
+    LEFT JOIN {schema}.limits AS l ON l.name = n.name
+    LEFT JOIN held AS h ON h.name = n.name AND coalesce(h.part, '') = n.part
+    GROUP BY n.name, n.part
+), wanted AS (
+    SELECT h.id, h.priority, h.run_at, e.need ->> 0 AS name,
+           coalesce(e.need ->> 1, '') AS part, greatest((e.need ->> 2)::int, 1) AS cost
+    FROM heads AS h
+    CROSS JOIN LATERAL json_array_elements(h.limits::json) AS e(need)
+    WHERE h.limits IS NOT NULL
+), running AS (
+    SELECT w.id, w.name, w.part,
+           sum(w.cost) OVER (PARTITION BY w.name, w.part
+                             ORDER BY w.priority, w.run_at, w.id) AS upto
+    FROM wanted AS w
+), refused AS (
+    SELECT DISTINCT r.id
+    FROM running AS r
+    LEFT JOIN {schema}.limits AS l ON l.name = r.name
+    LEFT JOIN used AS u ON u.name = r.name AND u.part = r.part
+    WHERE l.name IS NULL OR l.rate IS NOT NULL OR r.name <> ALL(%(locked)s::text[])
+       OR (l.concurrency IS NOT NULL AND coalesce(u.tokens, 0) + r.upto > l.concurrency)
+), chosen AS (
+    SELECT h.id FROM heads AS h
+    WHERE NOT EXISTS (SELECT 1 FROM refused AS r WHERE r.id = h.id)
+    ORDER BY h.priority, h.run_at, h.id
+    LIMIT %(n)s
+), picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE id = ANY(ARRAY(SELECT id FROM chosen)) AND state = {ready}
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {schema}.jobs AS j
+    SET state = {claimed}, attempts = j.attempts + 1, lease_token = %(token)s,
+        lease_expires_at = {now} + make_interval(secs => %(lease)s), worker_id = %(worker)s,
+        host = %(host)s
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING j.*
+)
+SELECT f.refused, f.names, f.rated, f.scanned, {job_columns:c}
+FROM (SELECT (SELECT count(*) FROM refused) AS refused,
+             ARRAY(SELECT DISTINCT name FROM wanted ORDER BY name) AS names,
+             EXISTS (SELECT 1 FROM wanted AS w JOIN {schema}.limits AS l ON l.name = w.name
+                     WHERE l.rate IS NOT NULL) AS rated,
+             (SELECT json_agg(json_build_array(s.queue, s.found, s.last))
+              FROM (SELECT queue, count(*) AS found, max(limits) AS last FROM groups
+                    WHERE limits IS NOT NULL GROUP BY queue) AS s) AS scanned) AS f
+LEFT JOIN claimed AS c ON true;
 
 -- name: claim_admitted
 -- returns: job
