@@ -108,6 +108,8 @@ class Worker:
             for pool in self.pools
         ]
         self.results.on_tokens_freed = self._tokens_freed
+        for claimer in self.claimers:
+            claimer.before_limited_claim = self.results.flush_if_freeing
         # The loop's services, in the order of a turn (filled in below); shutdown halts
         # every one of them, services added later included.
         self.services: list[Service] = []

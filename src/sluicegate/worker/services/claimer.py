@@ -50,6 +50,9 @@ class Claimer(Service):
         self.next_poll = 0.0
         self.next_due: float | None = None  # a scheduled job of the pool's queues comes due
         self.limit_wait: float | None = None  # a job held back by a limit may start in (s)
+        # Called before a claim while the last one was held back by a limit: writes the
+        # outcomes that give tokens back first (the result writer's flush_if_freeing).
+        self.before_limited_claim: Callable[[], None] | None = None
         self.wake_gen = 0
 
     def start(self) -> None:
@@ -101,6 +104,8 @@ class Claimer(Service):
         queues = pool.spec.queues
         seen = self.wake_gen
         try:
+            if self.limit_wait is not None and self.before_limited_claim is not None:
+                self.before_limited_claim()
             # An idle pool looks first with a read-only probe: a wake-up caused by some
             # other worker's commit must not make every idle worker take the write lock.
             probe = not pool.backlog and not self.broker.cheap_empty_claim

@@ -57,6 +57,9 @@ class ResultWriter(Service):
 
     def add(self, outcome: Outcome) -> None:
         self._pending.append(outcome)
+        if outcome.claim in self._limited and self.on_tokens_freed is not None:
+            # held-back claimers claim this turn: they write this outcome first
+            self.on_tokens_freed()
 
     def settled(self, outcome: Settled) -> None:
         """A transactional task already committed its ack (or found its lease lost)."""
@@ -122,6 +125,12 @@ class ResultWriter(Service):
 
     def drained(self) -> bool:
         return not self.unwritten
+
+    def flush_if_freeing(self) -> None:
+        """Write now if a pending outcome gives limit tokens back: a claimer held back by a
+        limit calls this first, so its claim sees the tokens this turn, not the next."""
+        if self._limited and any(o.claim in self._limited for o in self._pending):
+            self.flush()
 
     def _free_tokens(self, claims: list[Claim]) -> None:
         """Tokens of a limit came back: this worker's claimers look again at once, other
