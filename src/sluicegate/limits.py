@@ -21,6 +21,7 @@ buckets) and write back what it decided, so every broker admits jobs the same wa
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -206,6 +207,12 @@ def encode_needs(needs: Sequence[Need]) -> str | None:
 def decode_needs(text: str | None) -> tuple[Need, ...]:
     if not text:
         return ()
+    return _decoded(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decoded(text: str) -> tuple[Need, ...]:
+    """Jobs of a claim mostly share a few needs: each text is parsed once (immutable)."""
     return tuple((str(n), None if p is None else str(p), int(c)) for n, p, c in json.loads(text))
 
 
