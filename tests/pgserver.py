@@ -11,12 +11,14 @@ from __future__ import annotations
 import atexit
 import glob
 import os
+import re
 import shutil
 import socket
 import subprocess
 import tempfile
 import uuid
 from functools import cache
+from typing import Any
 from urllib.parse import urlsplit
 
 ENV_DSN = "SLUICEGATE_TEST_POSTGRES"
@@ -185,3 +187,27 @@ def require_postgres() -> str:
             )
         pytest.skip(f"PostgreSQL unavailable: {why}")
     return dsn
+
+
+def generic_plan(conn: Any, query: str, params: dict[str, Any]) -> str:
+    """EXPLAIN ANALYZE of ``query`` on the plan the broker's connections use: the generic
+    one (PREPARE, then EXECUTE with plan_cache_mode=force_generic_plan), rolled back."""
+    import psycopg.sql
+
+    order: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in order:
+            order.append(match.group(1))
+        return f"${order.index(match.group(1)) + 1}"
+
+    prepared = re.sub(r"%\((\w+)\)s", number, query).rstrip().rstrip(";")
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    conn.execute("SET jit = off")
+    conn.execute(f"PREPARE generic AS {prepared}")
+    values = psycopg.sql.SQL(", ").join(psycopg.sql.Literal(params[k]) for k in order)
+    plan = conn.execute(
+        psycopg.sql.SQL("EXPLAIN (ANALYZE) EXECUTE generic({})").format(values)
+    ).fetchall()
+    conn.rollback()
+    return "\n".join(r[0] for r in plan)

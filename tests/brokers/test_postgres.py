@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sg_harness import run_released
 
+from pgserver import generic_plan
 from sluicegate.brokers.base import Retention
 from sluicegate.codec import encode_payload
 from sluicegate.errors import BrokerUnavailable, ConfigError, LeaseLost
@@ -211,28 +212,6 @@ def test_the_claim_reads_the_jobs_ready_index(pg: PostgresBroker, pg_url: str, s
         conn.rollback()
     text = "\n".join(r[0] for r in plan)
     assert "jobs_ready" in text, text
-
-
-def generic_plan(conn: Any, query: str, params: dict[str, Any]) -> str:
-    """EXPLAIN ANALYZE of ``query`` on the plan the broker's connections use: the generic
-    one (PREPARE, then EXECUTE with plan_cache_mode=force_generic_plan), rolled back."""
-    order: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match.group(1) not in order:
-            order.append(match.group(1))
-        return f"${order.index(match.group(1)) + 1}"
-
-    prepared = re.sub(r"%\((\w+)\)s", number, query).rstrip().rstrip(";")
-    conn.execute("SET plan_cache_mode = force_generic_plan")
-    conn.execute("SET jit = off")
-    conn.execute(f"PREPARE generic AS {prepared}")
-    values = psycopg.sql.SQL(", ").join(psycopg.sql.Literal(params[k]) for k in order)
-    plan = conn.execute(
-        psycopg.sql.SQL("EXPLAIN (ANALYZE) EXECUTE generic({})").format(values)
-    ).fetchall()
-    conn.rollback()
-    return "\n".join(r[0] for r in plan)
 
 
 def test_the_claims_generic_plan_reads_indexes_only(

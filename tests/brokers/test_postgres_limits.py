@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pgserver import generic_plan
 from sluicegate.brokers.base import Broker
 from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.codec import encode_payload
@@ -470,27 +471,6 @@ class TestStorage:
         # every scan of the jobs returned at most a group's n rows, or one seek per group
         for rows in re.findall(r"Index (?:Only )?Scan .*? on jobs.*?rows=(\d+) loops", text):
             assert int(rows) <= 10, text
-
-
-def generic_plan(conn: Any, query: str, params: dict[str, Any]) -> str:
-    """EXPLAIN ANALYZE of ``query`` on a generic plan, as the broker's connections run it."""
-    order: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match.group(1) not in order:
-            order.append(match.group(1))
-        return f"${order.index(match.group(1)) + 1}"
-
-    prepared = re.sub(r"%\((\w+)\)s", number, query).rstrip().rstrip(";")
-    conn.execute("SET plan_cache_mode = force_generic_plan")
-    conn.execute("SET jit = off")
-    conn.execute(f"PREPARE generic AS {prepared}")
-    values = psycopg.sql.SQL(", ").join(psycopg.sql.Literal(params[k]) for k in order)
-    plan = conn.execute(
-        psycopg.sql.SQL("EXPLAIN (ANALYZE) EXECUTE generic({})").format(values)
-    ).fetchall()
-    conn.rollback()
-    return "\n".join(r[0] for r in plan)
 
 
 class TestConcurrentClaimers:
