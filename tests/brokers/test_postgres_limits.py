@@ -459,7 +459,7 @@ class TestStorage:
         assert len(pg.claim(["q"], 10, LEASE, "w")) == 10
         sql.execute(f"ANALYZE {schema_of(pg_url)}.jobs")
         params = {"queues": ["q"], "n": 10, "host": "h", "burst": 1, "now": None}
-        params.update(after=[""], groups=1000)
+        params.update(after=[""], groups=1000, done_ids=[], done_tokens=[])
         row = sql.execute(pg._queries["claim_gated_read"], params).fetchone()
         # 10 free; of each group, as many as one claim could admit and one more, never the
         # 1000s: storage, 1 at once: 2; api, 50 at once: n

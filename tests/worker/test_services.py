@@ -345,11 +345,17 @@ class FailingClaims(MemoryBroker):
     failing: str | None = None
 
     def claim(
-        self, queues: Sequence[str], n: int, lease: float, worker_id: str, host: str = ""
+        self,
+        queues: Sequence[str],
+        n: int,
+        lease: float,
+        worker_id: str,
+        host: str = "",
+        done: Sequence[Claim] = (),
     ) -> ClaimBatch:
         if self.failing in queues:
             raise BrokerUnavailable(f"claim of {self.failing} failed")
-        return super().claim(queues, n, lease, worker_id, host)
+        return super().claim(queues, n, lease, worker_id, host, done)
 
 
 def test_weighted_claim_failing_midway_still_dispatches_what_it_claimed() -> None:

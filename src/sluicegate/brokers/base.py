@@ -185,7 +185,13 @@ class Broker(ABC):
     # ---- hot path ------------------------------------------------------
     @abstractmethod
     def claim(
-        self, queues: Sequence[str], n: int, lease: float, worker_id: str, host: str = ""
+        self,
+        queues: Sequence[str],
+        n: int,
+        lease: float,
+        worker_id: str,
+        host: str = "",
+        done: Sequence[Claim] = (),
     ) -> ClaimBatch:
         """Take up to ``n`` ready jobs of ``queues`` in (priority, run_at, id) order.
 
@@ -193,7 +199,10 @@ class Broker(ABC):
         a fresh fencing token. A job that names limits is taken only when each has room
         (``sluicegate.limits.admit``), its tokens in the same transaction; one that cannot
         stays ready and blocks nothing behind it. ``host`` is the claimer's, for
-        host-scoped limits ("" means this machine's).
+        host-scoped limits ("" means this machine's). ``done``: the caller's own claims
+        whose bodies have ended but whose outcomes are not written yet; their tokens
+        count as free (the dependency is no longer used), so a worker reuses a unit the
+        moment its job ends instead of after the outcome's commit.
         """
 
     @abstractmethod

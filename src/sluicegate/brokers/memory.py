@@ -139,7 +139,13 @@ class MemoryBroker(Broker):
 
     # ---- hot path -------------------------------------------------------------
     def claim(
-        self, queues: Sequence[str], n: int, lease: float, worker_id: str, host: str = ""
+        self,
+        queues: Sequence[str],
+        n: int,
+        lease: float,
+        worker_id: str,
+        host: str = "",
+        done: Sequence[Claim] = (),
     ) -> ClaimBatch:
         if n <= 0:
             return ClaimBatch()
@@ -157,7 +163,7 @@ class MemoryBroker(Broker):
                 (Candidate(j.id, j.limits) for j in ready),
                 n,
                 self._limits,
-                in_use_of(self._held(), host, self._limits),
+                in_use_of(self._held(done), host, self._limits),
                 self._buckets,
                 now,
                 host,
@@ -178,13 +184,15 @@ class MemoryBroker(Broker):
                 out.append(ClaimedJob(Claim(job.id, token), claimed))
             return ClaimBatch(out, admission.retry_in)
 
-    def _held(self) -> list[tuple[str, str | None, str | None, int]]:
-        """(limit, partition, holder host, cost) of every need of a claimed or running job:
-        tokens in use derive from job states, so a finished job's come back with it."""
+    def _held(self, done: Sequence[Claim] = ()) -> list[tuple[str, str | None, str | None, int]]:
+        """(limit, partition, holder host, cost) of every need of a claimed or running job,
+        but those of ``done`` (bodies ended): tokens in use derive from job states, so a
+        finished job's come back with it."""
+        ended = {(c.job_id, c.token) for c in done}
         return [
             (name, part, self._hosts.get(j.id), cost)
             for j in self._jobs.values()
-            if j.limits and j.state in HELD
+            if j.limits and j.state in HELD and (j.id, self._tokens.get(j.id)) not in ended
             for name, part, cost in j.limits
         ]
 

@@ -109,7 +109,7 @@ class Worker:
         ]
         self.results.on_tokens_freed = self._tokens_freed
         for claimer in self.claimers:
-            claimer.before_limited_claim = self.results.flush_if_freeing
+            claimer.ended_claims = self.results.ended_limited
         # The loop's services, in the order of a turn (filled in below); shutdown halts
         # every one of them, services added later included.
         self.services: list[Service] = []

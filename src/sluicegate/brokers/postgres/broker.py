@@ -154,7 +154,13 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
 
     # ---- hot path -----------------------------------------------------------------------
     def claim(
-        self, queues: Sequence[str], n: int, lease: float, worker_id: str, host: str = ""
+        self,
+        queues: Sequence[str],
+        n: int,
+        lease: float,
+        worker_id: str,
+        host: str = "",
+        done: Sequence[Claim] = (),
     ) -> ClaimBatch:
         """The plain claim, one statement in its own transaction: an idle worker's claim is
         one round trip. It takes only jobs that name no limit, and none if a wanted queue has
@@ -189,7 +195,9 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
                     in_claim_order([read(r, token) for r in rows if r[at_id] is not None])
                 )
             self._gated_seen[wanted] = True  # it claimed nothing: the gated claim takes over
-        jobs, retry_in = self.claim_gated(wanted, n, lease, worker_id, host or local_host(), token)
+        jobs, retry_in = self.claim_gated(
+            wanted, n, lease, worker_id, host or local_host(), token, done
+        )
         return ClaimBatch(in_claim_order(jobs), retry_in)
 
     def has_work(self, queues: Sequence[str]) -> bool:

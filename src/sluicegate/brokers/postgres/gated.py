@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...job import ClaimedJob
+from ...job import Claim, ClaimedJob
 from ...limits import (
     DEFAULT_BURST,
     RECHECK,
@@ -158,7 +158,14 @@ class Limits:
 
     # ---- the gated claim ----------------------------------------------------------------
     def claim_gated(
-        self, queues: Queues, n: int, lease: float, worker_id: str, host: str, token: int
+        self,
+        queues: Queues,
+        n: int,
+        lease: float,
+        worker_id: str,
+        host: str,
+        token: int,
+        done: Sequence[Claim] = (),
     ) -> tuple[list[ClaimedJob], float | None]:
         """Claim up to ``n`` jobs of ``queues``, limited or not, in claim order; returns
         them (unordered) and when to look again (retry_in). Where the last claim of these
@@ -170,9 +177,13 @@ class Limits:
         that do are only taken under their limits' locks) leaves room for more: the claim
         goes again for what is missing, a few times at most."""
         jobs: list[ClaimedJob] = []
+        ended: dict[str, list[int]] = {
+            "done_ids": [c.job_id for c in done],
+            "done_tokens": [c.token for c in done],
+        }
         if queues in self._lock_names and not self._rated.get(queues, True):
             jobs, retry_in, judged = self._claim_gated_fast(
-                queues, n, lease, worker_id, host, token
+                queues, n, lease, worker_id, host, token, ended
             )
             if judged or len(jobs) >= n:
                 return jobs, retry_in
@@ -180,7 +191,7 @@ class Limits:
         retry_in = None
         for _ in range(RACES_MAX):
             got, admitted, retry_in = self._claim_gated_once(
-                queues, n - len(jobs), lease, worker_id, host, token
+                queues, n - len(jobs), lease, worker_id, host, token, ended
             )
             jobs.extend(got)
             if len(got) == admitted or len(jobs) >= n:
@@ -188,7 +199,14 @@ class Limits:
         return jobs, retry_in
 
     def _claim_gated_once(
-        self, queues: Queues, n: int, lease: float, worker_id: str, host: str, token: int
+        self,
+        queues: Queues,
+        n: int,
+        lease: float,
+        worker_id: str,
+        host: str,
+        token: int,
+        ended: dict[str, list[int]],
     ) -> tuple[list[ClaimedJob], int, float | None]:
         """One gated claim transaction: (the jobs claimed, how many were admitted, retry_in)."""
         q = self._queries
@@ -198,6 +216,7 @@ class Limits:
         params = {"queues": list(queues), "n": n, "host": host, "burst": DEFAULT_BURST, "now": now}
         params["after"] = [self._group_cursor.get(queue, "") for queue in queues]
         params["groups"] = MAX_GROUPS
+        params.update(ended)
         rows: list[Any] = []
         with self._db.single() as conn, rolled_back_on_error(conn):
             # BEGIN and COMMIT as statements: psycopg's transaction() syncs the pipeline
@@ -239,7 +258,14 @@ class Limits:
         return [read_row(r, token) for r in rows], len(admission.ids), admission.retry_in
 
     def _claim_gated_fast(
-        self, queues: Queues, n: int, lease: float, worker_id: str, host: str, token: int
+        self,
+        queues: Queues,
+        n: int,
+        lease: float,
+        worker_id: str,
+        host: str,
+        token: int,
+        ended: dict[str, list[int]],
     ) -> tuple[list[ClaimedJob], float | None, bool]:
         """The gated claim in one round trip (BEGIN, the locks of the names the last claim
         needed, promotion, claim_gated_fast, COMMIT), for limits that bound concurrency
@@ -253,7 +279,7 @@ class Limits:
             "queues": list(queues), "n": n, "host": host, "burst": DEFAULT_BURST, "now": now,
             "after": [self._group_cursor.get(queue, "") for queue in queues],
             "groups": MAX_GROUPS, "locked": sorted(locked), "token": token, "lease": lease,
-            "worker": worker_id,
+            "worker": worker_id, **ended,
         }  # fmt: skip
         with self._db.single() as conn, rolled_back_on_error(conn):
             with conn.pipeline():  # one round trip, COMMIT included

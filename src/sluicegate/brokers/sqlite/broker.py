@@ -176,12 +176,18 @@ class SQLiteBroker(SQLBroker):
 
     # ---- hot path -------------------------------------------------------
     def claim(
-        self, queues: Sequence[str], n: int, lease: float, worker_id: str, host: str = ""
+        self,
+        queues: Sequence[str],
+        n: int,
+        lease: float,
+        worker_id: str,
+        host: str = "",
+        done: Sequence[Claim] = (),
     ) -> ClaimBatch:
         if n <= 0 or not queues:
             return ClaimBatch()
         with self._db.write(relaxed=True) as conn:
-            return self._claim_in(conn, queues, n, lease, worker_id, host or local_host())
+            return self._claim_in(conn, queues, n, lease, worker_id, host or local_host(), done)
 
     def _claim_in(
         self,
@@ -191,6 +197,7 @@ class SQLiteBroker(SQLBroker):
         lease: float,
         worker_id: str,
         host: str,
+        done: Sequence[Claim] = (),
     ) -> ClaimBatch:
         """Promote due jobs, then claim: one queue in one statement; several by reading
         each queue's first ``n`` ready jobs (an index range each), taking the first ``n``
@@ -204,7 +211,7 @@ class SQLiteBroker(SQLBroker):
         params["worker"], params["host"] = worker_id, host
         wanted = list(dict.fromkeys(queues))
         if conn.execute(q["probe_gated"], {"queues": dumps(wanted)}).fetchone() is not None:
-            return self._claim_gated(conn, wanted, n, params)
+            return self._claim_gated(conn, wanted, n, params, done)
         if len(wanted) == 1:
             name, params["queue"] = "claim_queue", wanted[0]
         else:
@@ -220,7 +227,12 @@ class SQLiteBroker(SQLBroker):
         )
 
     def _claim_gated(
-        self, conn: sqlite3.Connection, wanted: list[str], n: int, params: dict[str, Any]
+        self,
+        conn: sqlite3.Connection,
+        wanted: list[str],
+        n: int,
+        params: dict[str, Any],
+        done: Sequence[Claim],
     ) -> ClaimBatch:
         """Admit jobs that name limits, within the claim's write transaction (SQLite has
         one writer at a time, so the tokens read here cannot change before the commit).
@@ -232,7 +244,8 @@ class SQLiteBroker(SQLBroker):
         q, rows = self._queries, self._limit_rows
         now, host = params["now"], params["host"]
         limits, _ = rows.limits(conn.execute(q["limit_rows"]))
-        in_use = in_use_of(rows.held(conn.execute(q["held_needs"])), host, limits)
+        ended = dumps([[c.job_id, c.token] for c in done])
+        in_use = in_use_of(rows.held(conn.execute(q["held_needs"], {"done": ended})), host, limits)
         rated = any(limit.rate is not None for limit in limits.values())
         buckets = rows.buckets(conn.execute(q["bucket_rows"])) if rated else {}
         candidates: list[Row] = []
@@ -402,7 +415,7 @@ class SQLiteBroker(SQLBroker):
             conn.execute("BEGIN")  # one snapshot for every figure
             try:
                 limits, overridden = rows.limits(conn.execute(q["limit_rows"]))
-                held = rows.held(conn.execute(q["held_needs"]))
+                held = rows.held(conn.execute(q["held_needs"], {"done": "[]"}))
                 waiting = rows.waiting(conn.execute(q["waiting_groups"]))
                 buckets = rows.buckets(conn.execute(q["bucket_rows"]))
             finally:

@@ -111,6 +111,21 @@ class TestLimitConcurrency:
         assert ids(claim(broker, 10)) == [jobs[3].id], "one token back: exactly one more"
         assert_held_back(claim(broker, 10))
 
+    def test_a_claimer_reuses_the_tokens_of_its_own_ended_jobs(self, broker: Broker) -> None:
+        """``done``: the caller's claims whose bodies ended (outcomes not yet written) hold
+        no tokens for its claim; a claim made with someone else's token changes nothing."""
+        broker.register_limits([Limit("db", concurrency=2)])
+        jobs = put_many(broker, 6, DB)
+        first = claim(broker, 10)
+        assert ids(first) == [jobs[0].id, jobs[1].id]
+        forged = [type(first[0].claim)(first[0].claim.job_id, first[0].claim.token + 1)]
+        assert_held_back(broker.claim(["q"], 10, LEASE, "w1", host="h1", done=forged))
+        again = broker.claim(["q"], 10, LEASE, "w1", host="h1", done=[first[0].claim])
+        assert ids(again) == [jobs[2].id], "the ended job's token, and only that one"
+        broker.ack(first[0].claim, "null")  # its outcome lands later: nothing changes
+        assert_held_back(claim(broker, 10))
+        assert held(broker, "db") == 2
+
     @pytest.mark.parametrize("how", GIVE_BACK)
     def test_a_job_leaving_the_held_states_gives_its_token_back(
         self, broker: Broker, how: str

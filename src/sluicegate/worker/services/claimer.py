@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from ...brokers import Broker
-from ...job import ClaimedJob
+from ...job import Claim, ClaimedJob
 from ..pool import PoolSpec, PoolState
 from .backoff import Backoff
 from .base import Service
@@ -50,9 +50,9 @@ class Claimer(Service):
         self.next_poll = 0.0
         self.next_due: float | None = None  # a scheduled job of the pool's queues comes due
         self.limit_wait: float | None = None  # a job held back by a limit may start in (s)
-        # Called before a claim while the last one was held back by a limit: writes the
-        # outcomes that give tokens back first (the result writer's flush_if_freeing).
-        self.before_limited_claim: Callable[[], None] | None = None
+        # This worker's claims whose bodies ended with outcomes unwritten: their limit
+        # tokens count as free in the next claim (the result writer's ended_limited).
+        self.ended_claims: Callable[[], list[Claim]] | None = None
         self.wake_gen = 0
 
     def start(self) -> None:
@@ -104,8 +104,6 @@ class Claimer(Service):
         queues = pool.spec.queues
         seen = self.wake_gen
         try:
-            if self.limit_wait is not None and self.before_limited_claim is not None:
-                self.before_limited_claim()
             # An idle pool looks first with a read-only probe: a wake-up caused by some
             # other worker's commit must not make every idle worker take the write lock.
             probe = not pool.backlog and not self.broker.cheap_empty_claim
@@ -165,7 +163,8 @@ class Claimer(Service):
     def _claim_from(self, queues: tuple[str, ...], wanted: int) -> list[ClaimedJob]:
         """Claim only: the turn's starts and outcomes are written after the new jobs are
         dispatched (by the result writer), so refilling a slot never waits for an ack's fsync."""
-        batch = self.broker.claim(queues, wanted, self.lease, self.worker_id, self.host)
+        ended = self.ended_claims() if self.ended_claims is not None else []
+        batch = self.broker.claim(queues, wanted, self.lease, self.worker_id, self.host, ended)
         if batch.retry_in is not None:
             wait = self.limit_wait
             self.limit_wait = batch.retry_in if wait is None else min(wait, batch.retry_in)

@@ -133,7 +133,7 @@ class Dispatcher(Service):
             if isinstance(outcome, Settled):
                 self.results.settled(outcome)
             elif not flight.abandoned:
-                self.results.add(outcome)
+                self.results.add(outcome, body_ended=slot_free)
                 if not slot_free:
                     self.counters.timed_out += 1
             if not slot_free:

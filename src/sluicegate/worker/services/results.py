@@ -41,6 +41,7 @@ class ResultWriter(Service):
         self._started: collections.deque[Claim] = collections.deque()  # any thread appends
         self._pending: list[Outcome] = []  # the loop's thread only
         self._limited: set[Claim] = set()  # held claims of jobs that name limits
+        self._ended: set[Claim] = set()  # of those, bodies ended, outcomes not yet written
         self.on_tokens_freed: Callable[[], None] | None = None  # wakes this worker's claimers
         self._rung_at = -RING_INTERVAL  # when other workers were last woken (monotonic)
         self._ring_at: float | None = None  # a wake-up of other workers is owed by then
@@ -55,11 +56,18 @@ class ResultWriter(Service):
         """A job's body began (called from its executor's thread)."""
         self._started.append(claim)
 
-    def add(self, outcome: Outcome) -> None:
+    def add(self, outcome: Outcome, body_ended: bool = True) -> None:
+        """Queue an outcome. ``body_ended`` False: a soft timeout, the code still runs."""
         self._pending.append(outcome)
-        if outcome.claim in self._limited and self.on_tokens_freed is not None:
-            # held-back claimers claim this turn: they write this outcome first
-            self.on_tokens_freed()
+        if body_ended and outcome.claim in self._limited:
+            self._ended.add(outcome.claim)
+            if self.on_tokens_freed is not None:
+                self.on_tokens_freed()  # held-back claimers may take its tokens this turn
+
+    def ended_limited(self) -> list[Claim]:
+        """Claims holding limit tokens whose bodies ended and whose outcomes are not
+        written yet: a claim counts their tokens as free (Broker.claim's ``done``)."""
+        return list(self._ended)
 
     def settled(self, outcome: Settled) -> None:
         """A transactional task already committed its ack (or found its lease lost)."""
@@ -126,12 +134,6 @@ class ResultWriter(Service):
     def drained(self) -> bool:
         return not self.unwritten
 
-    def flush_if_freeing(self) -> None:
-        """Write now if a pending outcome gives limit tokens back: a claimer held back by a
-        limit calls this first, so its claim sees the tokens this turn, not the next."""
-        if self._limited and any(o.claim in self._limited for o in self._pending):
-            self.flush()
-
     def _free_tokens(self, claims: list[Claim]) -> None:
         """Tokens of a limit came back: this worker's claimers look again at once, other
         workers' at most RING_INTERVAL later (one wake-up covers every freeing since the
@@ -142,6 +144,7 @@ class ResultWriter(Service):
         if not freed:
             return
         self._limited -= freed
+        self._ended -= freed
         if self.on_tokens_freed is not None:
             self.on_tokens_freed()
         now = time.monotonic()

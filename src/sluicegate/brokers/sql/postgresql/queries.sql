@@ -268,6 +268,10 @@ groups AS (
     CROSS JOIN LATERAL json_array_elements(j.limits::json) AS e(need)
     WHERE j.state IN ({held}) AND j.limits IS NOT NULL
       AND (e.need ->> 0, coalesce(e.need ->> 1, '')) IN (SELECT name, part FROM needs)
+      -- not the claimer's own jobs whose bodies ended (their outcomes are on the way)
+      AND NOT EXISTS (
+          SELECT 1 FROM unnest(%(done_ids)s::bigint[], %(done_tokens)s::bigint[]) AS d(id, token)
+          WHERE d.id = j.id AND d.token = j.lease_token)
     GROUP BY 1, 2, 3
 )
 

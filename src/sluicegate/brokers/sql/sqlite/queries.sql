@@ -120,11 +120,14 @@ LIMIT :n;
 -- name: held_needs
 -- columns: name, part, host, cost
 -- Tokens in use, derived from the needs of every claimed and running job (jobs_holding:
--- only held jobs that name limits, however many others run).
+-- only held jobs that name limits, however many others run), but the claimer's own jobs
+-- in :done (a JSON array of [id, token]): their bodies ended, their outcomes are on the way.
 SELECT json_extract(e.value, '$[0]') AS name, json_extract(e.value, '$[1]') AS part,
        j.host AS host, sum(json_extract(e.value, '$[2]')) AS cost
 FROM jobs AS j INDEXED BY jobs_holding, json_each(j.limits) AS e
 WHERE j.state IN ({held}) AND j.limits IS NOT NULL
+  AND (j.id, j.lease_token) NOT IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+                                    FROM json_each(:done))
 GROUP BY 1, 2, 3;
 
 -- name: limit_rows
