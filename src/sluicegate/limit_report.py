@@ -129,7 +129,15 @@ def waiting_for(job: Job, figures: LimitFigures, host: str) -> str | None:
     admission = admit(
         [Candidate(job.id, job.limits)], 1, limits, in_use, figures.buckets, figures.now, host
     )
-    return admission.reasons.get(job.id)
+    reason = admission.reasons.get(job.id)
+    if reason is None:  # room for it alone: do earlier jobs wait for one of its limits?
+        for text, _jobs, oldest in figures.waiting:
+            for name, partition, _cost in decode_needs(text):
+                mine = any(n == name and p == partition for n, p, _ in job.limits)
+                if mine and oldest < job.run_at:
+                    label = name if partition is None else f"{name}[{partition}]"
+                    return f"limit {label}: earlier jobs wait for it (they start first)"
+    return reason
 
 
 def needs_text(needs: Sequence[tuple[str, str | None, int]]) -> str:

@@ -45,6 +45,10 @@ def enqueue(
     broker_url: str | None,
 ) -> None:
     """Enqueue a job for TASK and print its id. Durable when the command returns."""
+    if limit_key is not None and app_target is None:
+        raise ConfigError(
+            "--limit-key needs --app MODULE:APP (the task's limits are declared there)"
+        )
     args = parse_json("--args", args_json, list)
     kwargs = parse_json("--kwargs", kwargs_json, dict)
     app = open_app(broker_url, app_target)
