@@ -113,6 +113,22 @@ def needs_by_text(texts: Collection[str]) -> dict[str, tuple[Need, ...]]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class GatedClaim:
+    """Who claims, and what for: the same in every transaction of one gated claim."""
+
+    queues: Queues
+    lease: float
+    worker: str
+    host: str
+    token: int
+    done: Sequence[Claim]  # the claimer's own ended jobs (Broker.claim's ``done``)
+
+    def claim_params(self) -> dict[str, Any]:
+        """The fencing and lease columns the claiming statements set."""
+        return {"token": self.token, "lease": self.lease, "worker": self.worker, "host": self.host}
+
+
 class _Relock(Exception):
     """Roll the gated claim back and take its locks again, with these names."""
 
@@ -176,47 +192,48 @@ class Limits:
         An admitted job another claimer took meanwhile (a job that names no limit: those
         that do are only taken under their limits' locks) leaves room for more: the claim
         goes again for what is missing, a few times at most."""
+        req = GatedClaim(queues, lease, worker_id, host, token, done)
         jobs: list[ClaimedJob] = []
-        ended: dict[str, list[int]] = {
-            "done_ids": [c.job_id for c in done],
-            "done_tokens": [c.token for c in done],
-        }
         if queues in self._lock_names and not self._rated.get(queues, True):
-            jobs, retry_in, judged = self._claim_gated_fast(
-                queues, n, lease, worker_id, host, token, ended
-            )
+            jobs, retry_in, judged = self._claim_gated_fast(req, n)
             if judged or len(jobs) >= n:
                 return jobs, retry_in
             # it met jobs it could not judge (a new name, a rate): the rest the other way
         retry_in = None
         for _ in range(RACES_MAX):
-            got, admitted, retry_in = self._claim_gated_once(
-                queues, n - len(jobs), lease, worker_id, host, token, ended
-            )
+            got, admitted, retry_in = self._claim_gated_once(req, n - len(jobs))
             jobs.extend(got)
             if len(got) == admitted or len(jobs) >= n:
                 break
         return jobs, retry_in
 
+    def _read_params(self, req: GatedClaim, n: int, now: float | None) -> dict[str, Any]:
+        """What fragment_gated reads by: the queues, where each one's group scan starts,
+        and the claimer's own ended jobs (their tokens count as free)."""
+        return {
+            "queues": list(req.queues), "n": n, "host": req.host, "burst": DEFAULT_BURST,
+            "now": now, "after": [self._group_cursor.get(q, "") for q in req.queues],
+            "groups": MAX_GROUPS, "done_ids": [c.job_id for c in req.done],
+            "done_tokens": [c.token for c in req.done],
+        }  # fmt: skip
+
+    def _begin(self, conn: Any, names: Collection[str], now: float | None) -> None:
+        """Queue the gated claim's opening in the pipeline: BEGIN, its settings, the locks
+        on ``names`` (key order) and the promotion of due jobs."""
+        conn.execute("BEGIN")
+        conn.execute(self._queries["claim_settings"])
+        conn.execute(self._queries["lock_limits"], {"schema": self.schema, "names": sorted(names)})
+        conn.execute(self._queries["promote_due"], {"now": now})
+
     def _claim_gated_once(
-        self,
-        queues: Queues,
-        n: int,
-        lease: float,
-        worker_id: str,
-        host: str,
-        token: int,
-        ended: dict[str, list[int]],
+        self, req: GatedClaim, n: int
     ) -> tuple[list[ClaimedJob], int, float | None]:
         """One gated claim transaction: (the jobs claimed, how many were admitted, retry_in)."""
         q = self._queries
         now = self._now()
-        names = self._lock_names.get(queues, frozenset())
+        names = self._lock_names.get(req.queues, frozenset())
         read = q["claim_gated_read"]
-        params = {"queues": list(queues), "n": n, "host": host, "burst": DEFAULT_BURST, "now": now}
-        params["after"] = [self._group_cursor.get(queue, "") for queue in queues]
-        params["groups"] = MAX_GROUPS
-        params.update(ended)
+        params = self._read_params(req, n, now)
         rows: list[Any] = []
         with self._db.single() as conn, rolled_back_on_error(conn):
             # BEGIN and COMMIT as statements: psycopg's transaction() syncs the pipeline
@@ -224,24 +241,17 @@ class Limits:
             with conn.pipeline():
                 claimed = None
                 for attempt in (1, 2):
-                    conn.execute("BEGIN")
-                    conn.execute(q["claim_settings"])
-                    locks = {"schema": self.schema, "names": sorted(names)}
-                    conn.execute(q["lock_limits"], locks)
-                    conn.execute(q["promote_due"], {"now": now})
+                    self._begin(conn, names, now)
                     row = conn.execute(read, params).fetchone()  # round trip 1
-                    self._note_groups(queues, row[read.at["scanned"]] or [])
+                    self._note_groups(req.queues, row[read.at["scanned"]] or [])
                     try:
-                        admission, needed = self._admit(row, n, host, names, attempt == 1)
+                        admission, needed = self._admit(row, n, req.host, names, attempt == 1)
                     except _Relock as relock:
                         conn.execute("ROLLBACK")  # sent with the next attempt's statements
                         names = relock.names
                         continue
                     if admission.ids:
-                        claim = {
-                            "ids": admission.ids, "token": token, "lease": lease,
-                            "worker": worker_id, "host": host, "now": now,
-                        }  # fmt: skip
+                        claim = {"ids": admission.ids, "now": now, **req.claim_params()}
                         claimed = conn.execute(q["claim_admitted"], claim)
                     if admission.buckets:
                         conn.execute(q["save_buckets"], bucket_params(admission.buckets))
@@ -251,42 +261,27 @@ class Limits:
             if claimed is not None:
                 rows = claimed.fetchall()
         # Next time: the names this claim needed are locked first; none waiting, no gate.
-        self._lock_names[queues] = needed
-        self._gated_seen[queues] = admission.waiting
-        self._rated[queues] = admission.rated
+        self._lock_names[req.queues] = needed
+        self._gated_seen[req.queues] = admission.waiting
+        self._rated[req.queues] = admission.rated
         read_row = self._jobs["claim_admitted"].claimed
-        return [read_row(r, token) for r in rows], len(admission.ids), admission.retry_in
+        return [read_row(r, req.token) for r in rows], len(admission.ids), admission.retry_in
 
     def _claim_gated_fast(
-        self,
-        queues: Queues,
-        n: int,
-        lease: float,
-        worker_id: str,
-        host: str,
-        token: int,
-        ended: dict[str, list[int]],
+        self, req: GatedClaim, n: int
     ) -> tuple[list[ClaimedJob], float | None, bool]:
         """The gated claim in one round trip (BEGIN, the locks of the names the last claim
         needed, promotion, claim_gated_fast, COMMIT), for limits that bound concurrency
         only: (jobs, retry_in, judged). Not ``judged``: it held back jobs it could not
         judge (a name not locked, a rate); the caller claims for them the other way."""
-        q = self._queries
-        fast = q["claim_gated_fast"]
+        fast = self._queries["claim_gated_fast"]
+        queues, token = req.queues, req.token
         locked = self._lock_names[queues]
         now = self._now()
-        params = {
-            "queues": list(queues), "n": n, "host": host, "burst": DEFAULT_BURST, "now": now,
-            "after": [self._group_cursor.get(queue, "") for queue in queues],
-            "groups": MAX_GROUPS, "locked": sorted(locked), "token": token, "lease": lease,
-            "worker": worker_id, **ended,
-        }  # fmt: skip
+        params = {**self._read_params(req, n, now), "locked": sorted(locked), **req.claim_params()}
         with self._db.single() as conn, rolled_back_on_error(conn):
             with conn.pipeline():  # one round trip, COMMIT included
-                conn.execute("BEGIN")
-                conn.execute(q["claim_settings"])
-                conn.execute(q["lock_limits"], {"schema": self.schema, "names": sorted(locked)})
-                conn.execute(q["promote_due"], {"now": now})
+                self._begin(conn, locked, now)
                 cursor = conn.execute(fast, params)
                 conn.execute("COMMIT")
             rows = cursor.fetchall()
