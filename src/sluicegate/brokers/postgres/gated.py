@@ -48,7 +48,7 @@ from ...limits import (
     in_use_of,
 )
 from ..base import LimitFigures, unknown_limit
-from ..sqlbase import JobRows
+from ..sqlbase import JobRows, LimitRows
 from ..sqlfiles import Query
 from ..wakeups import Subscribers
 from .connections import Connections, psycopg
@@ -406,56 +406,25 @@ class Limits:
         conn.execute(self._queries["notify_gated"], {"channel": self.channel}).fetchall()
 
     def limit_figures(self) -> LimitFigures:
-        q = self._queries
-        now = {"now": self._now()}
-        names = ("figure_limits", "figure_held", "figure_waiting", "figure_buckets", "clock")
+        q, read = self._queries, LimitRows(self._queries)
+        names = ("limit_rows", "held_needs", "waiting_groups", "bucket_rows", "clock")
         with self._db.single() as conn, rolled_back_on_error(conn):
-            with conn.pipeline():  # one round trip
+            with conn.pipeline():  # one round trip, one snapshot
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 cursors = [
-                    conn.execute(q[name], now if name == "clock" else None) for name in names
+                    conn.execute(q[name], {"now": self._now()} if name == "clock" else None)
+                    for name in names
                 ]
                 conn.execute("COMMIT")
-            rows = {name: cur.fetchall() for name, cur in zip(names, cursors, strict=True)}
-        lim, held, waiting, bucket = (
-            q[name] for name in ("figure_limits", "figure_held", "figure_waiting", "figure_buckets")
-        )
-        limits = {
-            r[lim.at["name"]]: limit_of(
-                r[lim.at["name"]],
-                [r[lim.at[c]] for c in ("concurrency", "rate", "burst", "scope", "partition_by")],
-            )
-            for r in rows["figure_limits"]
-        }
+            limit_rows, held, waiting, buckets, clock = (cur.fetchall() for cur in cursors)
+        limits, overridden = read.limits(limit_rows)
         return LimitFigures(
-            limits=limits,
-            overridden=frozenset(
-                r[lim.at["name"]] for r in rows["figure_limits"] if r[lim.at["overridden"]]
-            ),
-            held=[
-                (
-                    r[held.at["name"]],
-                    r[held.at["part"]],
-                    r[held.at["host"]],
-                    int(r[held.at["cost"]]),
-                )
-                for r in rows["figure_held"]
-            ],
-            waiting=[
-                (
-                    r[waiting.at["limits"]],
-                    int(r[waiting.at["jobs"]]),
-                    float(r[waiting.at["oldest"]]),
-                )
-                for r in rows["figure_waiting"]
-            ],
-            buckets={
-                (r[bucket.at["name"]], r[bucket.at["part"]], r[bucket.at["host"]]): Bucket(
-                    float(r[bucket.at["tokens"]]), float(r[bucket.at["at"]])
-                )
-                for r in rows["figure_buckets"]
-            },
-            now=float(rows["clock"][0][q["clock"].at["now"]]),
+            limits,
+            overridden,
+            read.held(held),
+            read.waiting(waiting),
+            read.buckets(buckets),
+            float(clock[0][q["clock"].at["now"]]),
         )
 
 

@@ -622,11 +622,11 @@ WITH RECURSIVE queues AS (
 )
 SELECT pg_notify(%(channel)s, queue) AS notified FROM queues WHERE queue IS NOT NULL;
 
--- name: figure_limits
+-- name: limit_rows
 -- columns: name, concurrency, rate, burst, scope, partition_by, overridden
 SELECT name, concurrency, rate, burst, scope, partition_by, overridden FROM {schema}.limits;
 
--- name: figure_held
+-- name: held_needs
 -- columns: name, part, host, cost
 -- Each need of each held job (jobs_holding).
 SELECT e.need ->> 0 AS name, e.need ->> 1 AS part, j.host, (e.need ->> 2)::int AS cost
@@ -634,14 +634,14 @@ FROM {schema}.jobs AS j
 CROSS JOIN LATERAL json_array_elements(j.limits::json) AS e(need)
 WHERE j.state IN ({held}) AND j.limits IS NOT NULL;
 
--- name: figure_waiting
+-- name: waiting_groups
 -- columns: limits, jobs, oldest
 SELECT limits, count(*) AS jobs, extract(epoch FROM min(run_at))::float8 AS oldest
 FROM {schema}.jobs
 WHERE state = {ready} AND limits IS NOT NULL
 GROUP BY limits;
 
--- name: figure_buckets
+-- name: bucket_rows
 -- columns: name, part, host, tokens, at
 SELECT name, part, host, tokens, at FROM {schema}.limit_buckets;
 
