@@ -59,7 +59,7 @@ class ResultWriter(Service):
     def add(self, outcome: Outcome, body_ended: bool = True) -> None:
         """Queue an outcome. ``body_ended`` False: a soft timeout, the code still runs."""
         self._pending.append(outcome)
-        if body_ended and outcome.claim in self._limited:
+        if self._limited and body_ended and outcome.claim in self._limited:
             self._ended.add(outcome.claim)
             if self.on_tokens_freed is not None:
                 self.on_tokens_freed()  # held-back claimers may take its tokens this turn
@@ -163,7 +163,8 @@ class ResultWriter(Service):
     def _recorded(self, outcomes: list[Outcome], lost: list[Claim]) -> None:
         self.leases.drop(o.claim for o in outcomes)
         self.leases.drop(lost)  # a refused start: no longer ours to renew
-        self._free_tokens([*(o.claim for o in outcomes), *lost])
+        if self._limited:  # nothing to do, and no list to build, for jobs without limits
+            self._free_tokens([*(o.claim for o in outcomes), *lost])
         lost_set = set(lost)
         for outcome in outcomes:
             if outcome.claim in lost_set:
