@@ -14,7 +14,17 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from .base import Broker, QueueStats, Recovery, Retention, Stats
+from .base import (
+    Broker,
+    QueueDepth,
+    QueueStats,
+    Recovery,
+    Retention,
+    Stats,
+    WorkerInfo,
+    WorkerList,
+    WorkerRecord,
+)
 
 # URL scheme -> "module:Class", relative to this package.
 BROKERS: dict[str, str] = {
@@ -75,10 +85,14 @@ def broker_from_url(url: str) -> Broker:
 __all__ = [
     "BROKERS",
     "Broker",
+    "QueueDepth",
     "QueueStats",
     "Recovery",
     "Retention",
     "Stats",
+    "WorkerInfo",
+    "WorkerList",
+    "WorkerRecord",
     "broker_class",
     "broker_from_url",
     "known_schemes",

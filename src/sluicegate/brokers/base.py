@@ -67,6 +67,50 @@ class Stats:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """Unfinished jobs of one queue, read through the partial indexes only (never the
+    finished rows): what a worker samples every few seconds for its queues."""
+
+    ready: int = 0  # due scheduled jobs count as ready: a claim would promote them first
+    scheduled: int = 0
+    claimed: int = 0
+    running: int = 0
+    oldest_ready_age_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """What a worker process registers once: who it is and the pools it runs."""
+
+    id: str  # unique per process start
+    host: str
+    pid: int
+    version: str
+    pools: tuple[dict[str, Any], ...]  # {"name", "queues": [...], "slots", "model"} per pool
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """One registry row as last published; times are the broker's clock (epoch s)."""
+
+    info: WorkerInfo
+    started_at: float
+    last_seen: float
+    stopped_at: float | None  # set by a graceful stop; None: running, or gone without saying
+    held: int  # jobs it held at its last publish
+    snapshot: dict[str, Any]  # its last metrics snapshot (sluicegate.metrics.schema); {} if none
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerList:
+    """``list_workers``: the rows and the broker's clock when they were read, so ages
+    are computed on one clock, never by comparing two machines'."""
+
+    now: float
+    workers: list[WorkerRecord]
+
+
+@dataclass(frozen=True, slots=True)
 class Recovery:
     """What one ``recover_expired`` pass did."""
 
@@ -135,6 +179,8 @@ def unknown_limit(name: str, known: Iterable[str]) -> ConfigError:
 
 
 DAY = 86_400.0
+ARRIVALS_SCAN = 100_000  # rows one arrivals() call reads at most
+FORGET_WORKERS_AFTER = 3600.0  # s: registry rows of gone workers are deleted after this
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +296,30 @@ class Broker(ABC):
     @abstractmethod
     def limit_figures(self) -> LimitFigures:
         """Registered limits, tokens held, jobs waiting and buckets, in one snapshot."""
+
+    # ---- worker registry and signals ---------------------------------------
+    @abstractmethod
+    def publish_worker(
+        self, info: WorkerInfo, held: int, snapshot: str, stopped: bool = False
+    ) -> None:
+        """Upsert the worker's registry row: ``started_at`` on the first publish,
+        ``last_seen`` now (broker clock), ``stopped_at`` now when ``stopped``; ``snapshot``
+        is JSON text. Rows of workers gone (stopped or unseen) over an hour are deleted."""
+
+    @abstractmethod
+    def list_workers(self, gone_within: float = 3600.0) -> WorkerList:
+        """Workers not stopped, and those stopped or last seen within ``gone_within`` s."""
+
+    @abstractmethod
+    def queue_depths(self, queues: Sequence[str] | None = None) -> dict[str, QueueDepth]:
+        """Unfinished jobs per queue (all queues with any when ``queues`` is None), read
+        through the partial indexes: the cost follows the backlog, not the table."""
+
+    @abstractmethod
+    def arrivals(self, after_id: int | None) -> tuple[int, dict[str, int]]:
+        """Jobs stored since ``after_id`` (ids above it) per queue, and the id to pass
+        next time. None: only that id (nothing counted). Reads at most ARRIVALS_SCAN rows
+        per call; the returned id then marks where the next call goes on."""
 
     # ---- operator actions ----------------------------------------------
     @abstractmethod

@@ -1,0 +1,132 @@
+"""The metrics snapshot a worker publishes with its registry heartbeat, as typed dicts.
+
+One snapshot per worker process, JSON-safe, a few KB: the worker's recorder builds it
+(``recorder.WorkerMetrics.snapshot``), the registry row carries it, and every reader
+(``stats``, ``top``, ``size``, the Prometheus collector, the dashboard) reads only this
+shape. Counters are cumulative since the worker started; ``recent`` figures cover the
+last 1, 5 and 15 minutes (or the worker's uptime, if shorter: ``seconds`` says which).
+Times are seconds. Bump ``v`` on an incompatible change; readers skip other versions.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+VERSION = 1
+WINDOWS: tuple[Literal["1m"], Literal["5m"], Literal["15m"]] = ("1m", "5m", "15m")
+WINDOW_SECONDS = {"1m": 60.0, "5m": 300.0, "15m": 900.0}
+
+# Upper bounds (s) of the histogram buckets; a last, unbounded bucket follows.
+BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
+)  # fmt: skip
+
+
+class Hist(TypedDict):
+    """``counts[i]`` observations in bucket i (not cumulative): len(BUCKETS) + 1 entries,
+    the last for values above every bound. ``sum`` is exact, so the mean is too."""
+
+    counts: list[int]
+    count: int
+    sum: float
+
+
+class QueueWindow(TypedDict):
+    seconds: float  # how much time this window really covers
+    enqueued: int  # jobs stored in the queue (by anyone) in the window
+    completed: int  # jobs of the queue this worker finished (succeeded or dead)
+    duration: Hist  # this worker's jobs of the queue that finished in the window
+    wait: Hist  # ready-to-start wait of this worker's jobs that started in the window
+
+
+class QueueFigures(TypedDict):
+    # From the broker's depth sample (every publish); the same on every worker of the queue.
+    ready: int
+    scheduled: int
+    claimed: int
+    running: int
+    oldest_ready_age_s: float
+    enqueued: int  # stored in the queue since this worker started watching it
+    completed: int  # finished here since start
+    recent: dict[str, QueueWindow]  # by WINDOWS
+
+
+class Bin(TypedDict):
+    count: int
+    sum: float
+
+
+class PoolFigures(TypedDict):
+    queues: list[str]
+    model: str
+    slots: int
+    busy: int  # slots busy now
+    claimed: int  # jobs claimed since start
+    utilisation: dict[str, float]  # by WINDOWS: busy slot-seconds / (slots x seconds), 0..1
+    # Job durations by how many of the pool's slots were busy when the job started
+    # (itself included): str(busy) -> count and sum of durations. Cumulative.
+    by_concurrency: dict[str, Bin]
+
+
+class TaskFigures(TypedDict):
+    queue: str  # the queue its jobs last came from
+    succeeded: int
+    failed: int  # failed attempts: retried + dead (a timeout is a failed attempt too)
+    retried: int
+    timed_out: int
+    dead: int
+    duration: Hist  # attempts that ended (any outcome)
+    wait: Hist  # ready (run_at) to body start
+
+
+class WorkerFigures(TypedDict):
+    claimed: int
+    released: int
+    recovered: int  # expired leases (anyone's) this worker returned to ready or dead
+    lease_lost: int
+    broker_errors: int
+    heartbeat_lag_s: float  # how late the last lease heartbeat ran past its due time
+    held: int
+    claim_latency: Hist  # one broker claim call
+
+
+class HostFigures(TypedDict):
+    cpus: int
+    cpu_percent: float
+    iowait_percent: float | None  # None where the platform has no I/O wait figure
+    load1: float
+    load5: float
+    load15: float
+
+
+class LimitFigures(TypedDict):
+    concurrency: int | None
+    rate: str | None  # "10/s", as declared
+    in_use: int
+    waiting: int  # ready jobs held back by this limit
+    oldest_wait_s: float  # how long the oldest of them has been ready
+
+
+class Health(TypedDict):
+    healthy: bool
+    loop_age_s: float  # since the worker's loop last turned
+    broker_ok: bool  # the last broker call succeeded
+    stalled: list[str]  # pools with free slots and ready work that have not claimed lately
+    reasons: list[str]  # why not healthy, in words; [] when healthy
+
+
+class Snapshot(TypedDict):
+    v: int
+    worker: str
+    at: float  # the worker's wall clock when taken (for display only; ages use the broker's)
+    uptime_s: float
+    interval_s: float  # how often it publishes
+    lease_s: float
+    health: Health
+    queues: dict[str, QueueFigures]
+    pools: dict[str, PoolFigures]
+    tasks: dict[str, TaskFigures]
+    worker_figures: WorkerFigures
+    host: HostFigures
+    limits: dict[str, LimitFigures]
