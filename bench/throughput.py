@@ -173,7 +173,9 @@ def open_app(url: str) -> None:
 class Worker:
     """A real ``sluicegate worker benchapp:app`` subprocess, its log in a temporary file."""
 
-    def __init__(self, url: str, *, burst: bool, slots: int = SLOTS) -> None:
+    def __init__(
+        self, url: str, *, burst: bool, slots: int = SLOTS, extra: tuple[str, ...] = ()
+    ) -> None:
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in close()
             prefix="sluicegate-bench-worker-", suffix=".log"
         )
@@ -181,6 +183,7 @@ class Worker:
         cmd += ["--pool", f"default=default:{slots}", "--broker", url]
         if burst:
             cmd.append("--burst")
+        cmd += extra
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(
@@ -351,12 +354,12 @@ def wait_drained(n: int, timeout: float) -> None:
 
 
 def measure_warm_drain(
-    url: str, n: int, workers: int, slots: int, task: Any = None
+    url: str, n: int, workers: int, slots: int, task: Any = None, extra: tuple[str, ...] = ()
 ) -> tuple[float, float]:
-    """W idle workers x S slots, then N jobs of ``task`` (default: ``noop``) in one
-    transaction; returns (jobs/s, CPU s)."""
+    """W idle workers x S slots (``extra``: more worker flags), then N jobs of ``task``
+    (default: ``noop``) in one transaction; returns (jobs/s, CPU s)."""
     open_app(url)  # creates the schema before the workers start
-    procs = [Worker(url, burst=False, slots=slots) for _ in range(workers)]
+    procs = [Worker(url, burst=False, slots=slots, extra=extra) for _ in range(workers)]
     try:
         for proc in procs:
             proc.wait_ready()
@@ -607,6 +610,23 @@ def run_search(args: argparse.Namespace) -> Results:
     return r
 
 
+def run_metrics_cost(args: argparse.Namespace) -> None:
+    """Warm 1 x 8 drains with the worker's signals on (the default) and off
+    (``--no-metrics``), alternating within each repeat so both see the same machine."""
+    rates: dict[str, list[float]] = {"on": [], "off": []}
+    for i in range(args.repeat):
+        for label, extra in (("on", ()), ("off", ("--no-metrics",))):
+            with broker_url(args.broker) as url:
+                rate, _ = measure_warm_drain(url, args.jobs, 1, SLOTS, extra=extra)
+            rates[label].append(rate)
+            print(f"[metrics {label} {i + 1}/{args.repeat}] {rate:,.0f} jobs/s", flush=True)
+    on, off = median(rates["on"]), median(rates["off"])
+    print(f"\ndrain 1x{SLOTS}, {args.jobs:,} no-op jobs, medians of {args.repeat}:")
+    print(f"  metrics on   {on:>9,.0f} jobs/s")
+    print(f"  metrics off  {off:>9,.0f} jobs/s")
+    print(f"  on / off     {on / off:>9.3f}")
+
+
 def run(args: argparse.Namespace) -> Results:
     r = Results()
     n = args.jobs
@@ -719,6 +739,12 @@ def main() -> None:
         "print the table, to find the best configuration",
     )
     parser.add_argument(
+        "--metrics-cost",
+        action="store_true",
+        help="only compare warm 1x8 drains with the worker's metrics on and off "
+        "(--no-metrics), alternating, and print both medians and their ratio",
+    )
+    parser.add_argument(
         "--grid",
         metavar="WxS,...",
         default=",".join(SEARCH_GRID),
@@ -771,6 +797,10 @@ def main() -> None:
         broker = args.broker or "fresh temporary SQLite file per measurement (synchronous=full)"
     load_before = load()
     print(f"machine: {machine()}; load average {load_before}", flush=True)
+    if args.metrics_cost:
+        print(f"broker:  {broker}", flush=True)
+        run_metrics_cost(args)
+        return
     results = run_search(args) if args.search else run(args)
     if args.search:
         print_search(results, args, broker, load_before)

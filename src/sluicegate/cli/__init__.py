@@ -6,7 +6,9 @@ line on stderr and exit 2 (bad input) or 1 (e.g. no such job); no tracebacks.
 
 One module per concern: ``common`` (the --broker option, error handling, opening the app,
 JSON arguments, retention options), ``cmd_worker`` (worker, tasks), ``cmd_jobs`` (enqueue,
-jobs ...), ``cmd_limits`` (limits list|set|reset), ``cmd_ops`` (stats, prune, migrate, demo). This module builds the group.
+jobs ...), ``cmd_limits`` (limits list|set|reset), ``cmd_signals`` (stats, workers, health,
+size), ``top`` (the live view), ``cmd_ops`` (prune, migrate, demo). This module builds the
+group.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import click
 
 from .cmd_jobs import enqueue, jobs, jobs_cancel, jobs_list, jobs_retry, jobs_show
 from .cmd_limits import limits
-from .cmd_ops import demo, migrate, prune, stats
+from .cmd_ops import demo, migrate, prune
+from .cmd_signals import health, size, stats, workers
 from .cmd_worker import tasks, worker
+from .top import top
 from .common import (
     EXIT_FAILURE,
     EXIT_USAGE,
@@ -38,6 +42,7 @@ __all__ = [
     "enqueue",
     "fail",
     "friendly_errors",
+    "health",
     "jobs",
     "jobs_cancel",
     "jobs_list",
@@ -52,9 +57,12 @@ __all__ = [
     "parse_json",
     "prune",
     "retention_options",
+    "size",
     "stats",
     "tasks",
+    "top",
     "worker",
+    "workers",
 ]
 
 
@@ -69,5 +77,19 @@ def main(broker_url: str | None) -> None:
     """
 
 
-for _command in (worker, tasks, enqueue, jobs, limits, stats, prune, migrate, demo):
+for _command in (
+    worker,
+    tasks,
+    enqueue,
+    jobs,
+    limits,
+    stats,
+    top,
+    workers,
+    health,
+    size,
+    prune,
+    migrate,
+    demo,
+):
     main.add_command(_command)

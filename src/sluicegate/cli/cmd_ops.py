@@ -1,14 +1,9 @@
-"""Operating the broker: `stats`, `prune`, `migrate`; and the `demo` scenario."""
+"""Operating the broker: `prune`, `migrate`; and the `demo` scenario."""
 
 from __future__ import annotations
 
-import json
-
 import click
-from rich.console import Console
-from rich.table import Table
 
-from ..job import JobState
 from .common import (
     broker_option,
     friendly_errors,
@@ -16,23 +11,6 @@ from .common import (
     open_app,
     retention_options,
 )
-
-
-@click.command()
-@click.option("--json", "as_json", is_flag=True, help='Print JSON: {"queues": {NAME: {...}}}.')
-@broker_option
-@friendly_errors
-def stats(as_json: bool, broker_url: str | None) -> None:
-    """Per-queue counts by state and the age of the oldest ready job."""
-    data = open_app(broker_url).broker.stats().to_dict()
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
-        return
-    states = [s.value for s in JobState]
-    table = Table("queue", *states, "oldest ready (s)")
-    for name, row in data["queues"].items():
-        table.add_row(name, *(str(row[s]) for s in states), f"{row['oldest_ready_age_s']:.1f}")
-    Console().print(table)
 
 
 @click.command()

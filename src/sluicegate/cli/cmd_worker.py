@@ -4,8 +4,6 @@ with those pools would run, and where)."""
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from typing import Any
 
 import click
@@ -13,9 +11,11 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import ConfigError
+from ..logs import FORMATS, configure_logging
 from ..worker import Worker, parse_pool_spec
 from ..worker.pool import DEFAULT_POOL, SPEC_FORMAT
 from ..worker.routing import model_mismatch, pools_for
+from ..worker.services.registry import PUBLISH_INTERVAL
 from .common import (
     broker_option,
     friendly_errors,
@@ -67,6 +67,39 @@ from .common import (
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
+@click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(FORMATS),
+    help="text: readable lines; json: one JSON object a line (job outcomes as keys).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics at /metrics and the health check at /healthz on this "
+    "port (0: any free port).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics port binds to (loopback unless you say otherwise).",
+)
+@click.option(
+    "--publish-interval",
+    type=click.FloatRange(min=0.05),
+    default=PUBLISH_INTERVAL,
+    show_default=True,
+    help="Seconds between registry heartbeats, each carrying this worker's metrics snapshot.",
+)
+@click.option(
+    "--no-metrics",
+    is_flag=True,
+    help="Keep no per-job figures (durations, waits, utilisation); the registry heartbeat "
+    "and health check still run.",
+)
 @broker_option
 @friendly_errors
 def worker(
@@ -81,6 +114,11 @@ def worker(
     keep_dead_days: float,
     keep_cancelled_days: float,
     log_level: str,
+    log_format: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    publish_interval: float,
+    no_metrics: bool,
     broker_url: str | None,
 ) -> None:
     """Run a worker for MODULE:APP with one or more bounded pools.
@@ -105,11 +143,7 @@ def worker(
         raise ConfigError(f"--lease must be positive, not {lease}")
     if shutdown_timeout < 0:
         raise ConfigError(f"--shutdown-timeout must not be negative, not {shutdown_timeout}")
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(log_level, log_format)
     open_app(broker_url or group_broker() or settings.broker, app)
     retention = (
         None
@@ -117,7 +151,16 @@ def worker(
         else make_retention(keep_succeeded_days, keep_dead_days, keep_cancelled_days)
     )
     runner = Worker(
-        app, pools, lease=lease, shutdown_timeout=shutdown_timeout, burst=burst, retention=retention
+        app,
+        pools,
+        lease=lease,
+        shutdown_timeout=shutdown_timeout,
+        burst=burst,
+        retention=retention,
+        metrics=not no_metrics,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        publish_interval=publish_interval,
     )
     runner.install_signal_handlers()
     runner.run()

@@ -44,7 +44,11 @@ __all__ = [
 
 
 def run_demo(
-    quick: bool = False, *, console: Console | None = None, seed: int = DEFAULT_SEED
+    quick: bool = False,
+    *,
+    console: Console | None = None,
+    seed: int = DEFAULT_SEED,
+    keep_in: str | None = None,
 ) -> DemoResult:
     """Run the arrivals with one shared pool, then with separate pools; print and return."""
     console = console or Console()
@@ -62,13 +66,15 @@ def run_demo(
         f"{CHUNK / per_round / 1e6:,.0f} MB/s of SHA-256 per core, on {n} core"
         f"{'s' if n != 1 else ''}. Emails await a simulated provider; index updates block "
         "in a simulated client.\n"
-        "The same seeded arrivals run twice, each on a fresh temporary SQLite file.\n"
+        "The same seeded arrivals run twice, each on a fresh "
+        + (f"SQLite file in {keep_in}" if keep_in else "temporary SQLite file")
+        + ".\n"
     )
     runs = []
     for number, layout in enumerate((SHARED, SEPARATE), start=1):
         console.rule(f"run {number} of 2: {layout.label}")
         console.print(f"[dim]pools: {budget_text(layout.pools)}[/]", highlight=False)
-        runs.append(run_scenario(layout, schedule, per_round, console))
+        runs.append(run_scenario(layout, schedule, per_round, console, keep_in))
     shared, separate = runs
     console.print()
     console.print(report(shared, separate))

@@ -37,12 +37,21 @@ TICK = 0.05  # seconds between progress refreshes
 
 
 def run_scenario(
-    layout: Layout, schedule: Sequence[Arrival], per_round: float, console: Console
+    layout: Layout,
+    schedule: Sequence[Arrival],
+    per_round: float,
+    console: Console,
+    keep_in: str | None = None,
 ) -> RunResult:
-    """Run ``schedule`` through a Worker with ``layout`` on a fresh temporary SQLite file;
-    a transcode of ``s`` seconds hashes ``s / per_round`` MiB."""
+    """Run ``schedule`` through a Worker with ``layout`` on a fresh SQLite file (temporary,
+    or ``KEEP_IN/<layout name>.db``, kept so `sluicegate top` can watch it); a transcode
+    of ``s`` seconds hashes ``s / per_round`` MiB."""
     with tempfile.TemporaryDirectory(prefix="sluicegate-demo-") as folder:
-        layout.app.use_broker(f"sqlite:///{os.path.join(folder, 'demo.db')}")
+        path = os.path.join(keep_in or folder, f"{layout.name}.db")
+        for leftover in (path, f"{path}-wal", f"{path}-shm"):
+            if keep_in and os.path.exists(leftover):
+                os.remove(leftover)  # a fresh file per run, as without --keep-in
+        layout.app.use_broker(f"sqlite:///{path}")
         try:
             return _run(layout, schedule, per_round, console)
         finally:
@@ -158,7 +167,8 @@ def _run(
     app = layout.app
     app.broker  # noqa: B018 - create the database before the clock starts
     totals = {c: sum(1 for a in schedule if a.job_class == c) for c in CLASSES}
-    worker = Worker(app, list(layout.pools), shutdown_timeout=10.0)
+    # Signals every second: a run lasts seconds, and `top` may be watching it.
+    worker = Worker(app, list(layout.pools), shutdown_timeout=10.0, publish_interval=1.0)
     abort = threading.Event()
     errors: list[BaseException] = []
     classes: dict[int, str] = {}  # job id -> job class

@@ -44,6 +44,7 @@ class Arrival:
 class Layout:
     """One way to budget the slots: the pools, and the app whose tasks fit their models."""
 
+    name: str  # a file name: its broker is <name>.db
     label: str
     app: App
     pools: tuple[PoolSpec, ...]
@@ -51,12 +52,14 @@ class Layout:
 
 
 SHARED = Layout(
+    "shared",
     "one shared pool",
     tasks.shared_app,
     SHARED_POOLS,
     {"transcode": "transcode_video", "email": "send_email_sync", "index": "update_search_index"},
 )
 SEPARATE = Layout(
+    "separate",
     "separate pools",
     tasks.app,
     SEPARATE_POOLS,

@@ -21,11 +21,16 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from ..brokers import Broker, Retention
+from .. import __version__
+from ..brokers import Broker, Retention, WorkerInfo
 from ..codec import DEFAULT_PAYLOAD_LIMIT
 from ..errors import ConfigError
 from ..job import Claim
 from ..limits import local_host
+from ..metrics.host import HostSampler
+from ..metrics.recorder import WorkerMetrics
+from .exporter import MetricsServer
+from .health import STALL_AFTER, HealthCheck
 from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools
 from .routing import check_tasks_fit
 from .services.backoff import Backoff
@@ -36,6 +41,7 @@ from .services.leases import LeaseKeeper
 from .services.limits import LimitRegistrar
 from .services.pruner import Pruner
 from .services.recoverer import Recoverer
+from .services.registry import PUBLISH_INTERVAL, Registry
 from .services.results import ResultWriter
 from .services.shutdown import Shutdown
 
@@ -68,6 +74,11 @@ class Worker:
         result_limit: int = DEFAULT_PAYLOAD_LIMIT,
         retention: Retention | None = None,
         prune_interval: float = 600.0,
+        metrics: bool = True,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
+        publish_interval: float = PUBLISH_INTERVAL,
+        stall_after: float = STALL_AFTER,
     ) -> None:
         if lease <= 0:
             raise ConfigError("lease must be positive")
@@ -82,6 +93,16 @@ class Worker:
         self.counters = counters = Counters()
         self.backoff = backoff = Backoff()
         self._wake = threading.Event()
+        if publish_interval <= 0:
+            raise ConfigError("publish_interval must be positive")
+        # Signals: kept in memory here, published with the registry heartbeat. With
+        # metrics=False no per-job bookkeeping runs; the registry still publishes.
+        self.metrics = WorkerMetrics(
+            self.worker_id,
+            [(p.spec.name, list(p.spec.queues), p.spec.model, p.spec.slots) for p in self.pools],
+            interval_s=publish_interval,
+            lease_s=lease,
+        )
         self.leases = LeaseKeeper(broker, lease, counters, on_lost=self._abandon, backoff=backoff)
         self.results = ResultWriter(broker, self.leases, counters, backoff, on_lost=self._abandon)
         self.dispatcher = Dispatcher(
@@ -93,6 +114,7 @@ class Worker:
             result_limit=result_limit,
             counters=counters,
             wake=self._wake.set,
+            metrics=self.metrics if metrics else None,
         )
         self.claimers = [
             Claimer(
@@ -110,6 +132,37 @@ class Worker:
         self.results.on_tokens_freed = self._tokens_freed
         for claimer in self.claimers:
             claimer.ended_claims = self.results.ended_limited
+            if metrics:
+                claimer.on_claimed = self.metrics.claimed
+        self.health = HealthCheck(
+            self.claimers, backoff, loop_deadline=max(5.0, 3 * publish_interval),
+            stall_after=stall_after,
+        )
+        self.registry = Registry(
+            broker,
+            self._info(),
+            self.metrics,
+            self.health,
+            HostSampler(),
+            held=lambda: len(self.leases.held),
+            limits=list(app.limits.values()),
+            backoff=backoff,
+            interval=publish_interval,
+            counters=counters,
+            heartbeat_lag=lambda: self.leases.lag,
+        )
+        self.exporter = (
+            None
+            if metrics_port is None
+            else MetricsServer(
+                metrics_host,
+                metrics_port,
+                lambda: self.registry.latest,
+                self.health.check,
+                self.worker_id,
+                self.host,
+            )
+        )
         # The loop's services, in the order of a turn (filled in below); shutdown halts
         # every one of them, services added later included.
         self.services: list[Service] = []
@@ -127,7 +180,7 @@ class Worker:
         self.pruner = Pruner(broker, retention, prune_interval) if retention else None
         self.registrar = LimitRegistrar(broker, list(app.limits.values()), backoff)
         # The order of a turn: collect finished jobs, shut down, register the limits
-        # (once), claim, write, maintain.
+        # (once), claim, write, maintain, publish.
         self.services += [
             self.dispatcher,
             self.shutdown,
@@ -137,7 +190,16 @@ class Worker:
             self.leases,
             self.recoverer,
             *([self.pruner] if self.pruner else []),
+            self.registry,
         ]
+
+    def _info(self) -> WorkerInfo:
+        pools = tuple(
+            {"name": p.spec.name, "queues": list(p.spec.queues), "slots": p.spec.slots,
+             "model": p.spec.model}
+            for p in self.pools
+        )  # fmt: skip
+        return WorkerInfo(self.worker_id, self.host, os.getpid(), __version__, pools)
 
     def _tokens_freed(self) -> None:
         for claimer in self.claimers:
@@ -165,6 +227,8 @@ class Worker:
         """Serve until stopped; on return every held job is acked, failed or released."""
         for service in self.services:
             service.start()
+        if self.exporter is not None:
+            self.exporter.start()
         unsubscribe = self.broker.subscribe(self._on_wakeup)
         log.info("worker %s started: %s", self.worker_id, self._describe())
         try:
@@ -177,11 +241,14 @@ class Worker:
                     service.stop()
                 except Exception:  # one service's trouble must not keep the others running
                     log.exception("stopping %s failed", type(service).__name__)
+            if self.exporter is not None:
+                self.exporter.stop()
             log.info("worker %s stopped", self.worker_id)
 
     def _turn(self) -> bool:
         """Run every service that is due, in order, then sleep until one is. True: exit."""
         self._wake.clear()  # a wake-up from here on cuts the coming sleep short
+        self.health.turned()
         now = time.monotonic()
         for service in self.services:
             if service.uses_broker and not self.backoff.ready(now):

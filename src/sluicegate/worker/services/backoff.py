@@ -17,12 +17,14 @@ class Backoff:
         self.cap = cap
         self.delay = 0.0  # 0.0: the broker is healthy
         self.until = 0.0  # monotonic time before which no broker call is tried
+        self.errors = 0  # broker calls that failed, ever (a signal)
 
     def ready(self, now: float) -> bool:
         return self.until <= now
 
     def failed(self, exc: Exception) -> None:
         """A broker call failed: pause longer each time (with jitter, so a fleet spreads)."""
+        self.errors += 1
         if self.delay == 0.0:
             log.error("broker error (will retry): %s", exc)
         self.delay = min(max(self.delay * 2, self.first), self.cap)

@@ -54,6 +54,8 @@ class Claimer(Service):
         # tokens count as free in the next claim (the result writer's ended_limited).
         self.ended_claims: Callable[[], list[Claim]] | None = None
         self.wake_gen = 0
+        self.attempted_at = time.monotonic()  # the last claim call, for the health check
+        self.on_claimed: Callable[[str, int, float], None] | None = None  # pool, jobs, latency
 
     def start(self) -> None:
         self.next_poll = time.monotonic() + self.poll_interval
@@ -103,6 +105,7 @@ class Claimer(Service):
             return None
         queues = pool.spec.queues
         seen = self.wake_gen
+        self.attempted_at = time.monotonic()  # it looked at the broker (the health check)
         try:
             # An idle pool looks first with a read-only probe: a wake-up caused by some
             # other worker's commit must not make every idle worker take the write lock.
@@ -164,7 +167,10 @@ class Claimer(Service):
         """Claim only: the turn's starts and outcomes are written after the new jobs are
         dispatched (by the result writer), so refilling a slot never waits for an ack's fsync."""
         ended = self.ended_claims() if self.ended_claims is not None else []
+        began = time.monotonic()
         batch = self.broker.claim(queues, wanted, self.lease, self.worker_id, self.host, ended)
+        if self.on_claimed is not None:
+            self.on_claimed(self.pool.spec.name, len(batch), time.monotonic() - began)
         if batch.retry_in is not None:
             wait = self.limit_wait
             self.limit_wait = batch.retry_in if wait is None else min(wait, batch.retry_in)

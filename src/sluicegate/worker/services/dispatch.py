@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,17 +18,19 @@ from typing import TYPE_CHECKING, Any
 from ...brokers import Broker
 from ...job import Claim, ClaimedJob
 from ...loading import app_path
-from ...outcomes import Report, Settled
+from ...outcomes import Buried, Report, Retried, Settled
 from ..executors import Executor, WorkItem
 from ..models import PoolContext
 from ..pool import PoolState
 from ..runner import refused
 from .base import Counters, Service
+from .joblog import JobLog
 from .leases import LeaseKeeper
 from .results import ResultWriter
 
 if TYPE_CHECKING:
     from ...app import App
+    from ...metrics.recorder import WorkerMetrics
 
 
 @dataclass(slots=True)
@@ -35,6 +38,21 @@ class InFlight:
     pool: PoolState
     claimed: ClaimedJob
     abandoned: bool = False  # timed out or lease lost: the thread's outcome is ignored
+    claimed_at: float = 0.0  # monotonic, when the claim reached this worker
+    started_at: float | None = None  # monotonic, when its body began (set from any thread)
+    busy_at_start: int = 0  # the pool's busy slots, this job's included, when it took one
+    wait: float = 0.0  # seconds from ready (run_at) to body start
+
+
+def outcome_name(report: Report) -> str:
+    """succeeded, retried or dead: what an attempt's report means for signals and logs."""
+    if isinstance(report, Retried):
+        return "retried"
+    if isinstance(report, Buried):
+        return "dead"
+    if isinstance(report, Settled) and report.lease_lost:
+        return "lease_lost"
+    return "succeeded"
 
 
 class Dispatcher(Service):
@@ -54,6 +72,7 @@ class Dispatcher(Service):
         result_limit: int,
         counters: Counters | None = None,
         wake: Callable[[], None] = lambda: None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.app = app
         self.pools = pools
@@ -66,6 +85,10 @@ class Dispatcher(Service):
         self.inflight: dict[Claim, InFlight] = {}
         self._executors: dict[str, Executor[Any]] = {}
         self._done: collections.deque[tuple[WorkItem, Report, bool]] = collections.deque()
+        # Signals: None runs no per-job bookkeeping at all (Worker(metrics=False)).
+        self.metrics = metrics
+        self._began: collections.deque[InFlight] = collections.deque()  # bodies begun
+        self.joblog = JobLog()
 
     # ---- executors -------------------------------------------------------------------
     def start(self) -> None:
@@ -82,7 +105,12 @@ class Dispatcher(Service):
             executor.stop()
 
     def _on_start(self, item: WorkItem) -> None:  # any thread
-        self.results.started(item.claimed.claim)
+        claim = item.claimed.claim
+        self.results.started(claim)
+        flight = self.inflight.get(claim)
+        if flight is not None:
+            flight.started_at = time.monotonic()
+            self._began.append(flight)
         self._wake_loop()
 
     def _on_done(self, item: WorkItem, outcome: Report, slot_free: bool) -> None:  # any thread
@@ -109,12 +137,16 @@ class Dispatcher(Service):
                 refused(claimed, "WrongPoolModel", f"{mismatch} (pool {pool.spec.name!r})")
             )
             return
-        self.inflight[claim] = InFlight(pool, claimed)
+        flight = InFlight(pool, claimed, claimed_at=time.monotonic())
+        self.inflight[claim] = flight
         pool.busy[claim] = claimed
+        flight.busy_at_start = busy = len(pool.busy)
+        if self.metrics is not None:
+            self.metrics.busy_changed(pool.spec.name, busy)
         self._executors[pool.spec.name].submit(pool.model.work_item(task, claimed))
 
     def due_in(self, now: float) -> float | None:
-        return 0.0 if self._done else None
+        return 0.0 if self._done or self._began else None
 
     def run(self, now: float) -> None:
         self.collect(now)
@@ -122,6 +154,8 @@ class Dispatcher(Service):
     def collect(self, now: float) -> None:
         """Free the slots of finished jobs and queue their outcomes. An outcome reported with
         its slot still busy is a soft timeout: the slot stays busy until the code returns."""
+        while self._began:
+            self._began_body(self._began.popleft())
         while self._done:
             item, outcome, slot_free = self._done.popleft()
             claim = item.claimed.claim
@@ -130,14 +164,42 @@ class Dispatcher(Service):
                 continue
             if slot_free:
                 flight.pool.busy.pop(claim, None)
+                if self.metrics is not None:
+                    self.metrics.busy_changed(flight.pool.spec.name, len(flight.pool.busy))
+            counts = not flight.abandoned
             if isinstance(outcome, Settled):
                 self.results.settled(outcome)
-            elif not flight.abandoned:
+            elif counts:
                 self.results.add(outcome, body_ended=slot_free)
                 if not slot_free:
                     self.counters.timed_out += 1
+            if counts:
+                self._ended(flight, outcome, timed_out=not slot_free)
             if not slot_free:
                 flight.abandoned = True  # the code's late return is not an outcome
+
+    def _began_body(self, flight: InFlight) -> None:
+        """Its wait: from ready (run_at) to the claim on the broker's clock (the lease it
+        was given, less the lease length), plus the time here until its body began."""
+        job = flight.claimed.job
+        claimed_at = (job.lease_expires_at or 0.0) - self.leases.lease
+        assert flight.started_at is not None
+        flight.wait = max(0.0, claimed_at - job.run_at) + (flight.started_at - flight.claimed_at)
+        if self.metrics is not None:
+            name = flight.pool.spec.name
+            self.metrics.started(name, job.task, job.queue, flight.wait, flight.busy_at_start)
+
+    def _ended(self, flight: InFlight, outcome: Report, timed_out: bool) -> None:
+        """The attempt's figures and its one log line."""
+        took = time.monotonic() - (flight.started_at or flight.claimed_at)
+        name = outcome_name(outcome)
+        job = flight.claimed.job
+        pool = flight.pool.spec.name
+        if self.metrics is not None and name != "lease_lost":
+            self.metrics.finished(
+                pool, job.task, job.queue, took, name, flight.busy_at_start, timed_out=timed_out
+            )
+        self.joblog.outcome(job, pool, name, took, flight.wait, timed_out)
 
     # ---- what is in flight -----------------------------------------------------------
     def abandon(self, claim: Claim) -> None:

@@ -38,6 +38,7 @@ class LeaseKeeper(Service):
         self.on_lost = on_lost  # told of each claim a heartbeat found lost
         self.held: set[Claim] = set()
         self.next_beat = time.monotonic() + self.interval
+        self.lag = 0.0  # how late (s) the last heartbeat ran past its due time
 
     def hold(self, claims: Iterable[Claim]) -> None:
         self.held.update(claims)
@@ -58,6 +59,7 @@ class LeaseKeeper(Service):
         """Renew every held lease when due; returns the claims found lost."""
         if now < self.next_beat:
             return []
+        self.lag = now - self.next_beat
         self.next_beat = now + self.interval
         if not self.held:
             return []

@@ -1,0 +1,193 @@
+"""Signals from any machine: `stats`, `workers`, `health` and `size`.
+
+Everything here reads the registry (each worker's row and its last metrics snapshot,
+``Broker.list_workers``) and the broker's own counts; the figures are folded by
+``sluicegate.metrics.cluster``. Nothing here touches the claim path.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import ConfigError, JobNotFound
+from ..job import JobState
+from ..metrics import sizing
+from ..metrics.cluster import fold
+from .common import broker_option, friendly_errors, open_app
+from .figures import age, ms, rate
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (see docs/metrics.md).")
+@broker_option
+@friendly_errors
+def stats(as_json: bool, broker_url: str | None) -> None:
+    """The whole system: per queue (counts by state, oldest ready age, enqueue and
+    completion rates, durations), per pool summed over live workers, and per worker."""
+    broker = open_app(broker_url).broker
+    data: dict[str, Any] = broker.stats().to_dict()
+    view = fold(broker.list_workers())
+    for name, row in data["queues"].items():
+        seen = view["queues"].get(name, {})
+        for key in ("enqueue_rate", "completion_rate", "duration_p50_s", "duration_p95_s"):
+            row[key] = seen.get(key)
+    for key in ("pools", "workers", "tasks", "limits", "hosts"):
+        data[key] = view[key]
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    console = Console()
+    states = [s.value for s in JobState]
+    table = Table("queue", *states, "oldest", "in/s", "done/s", "p50", "p95", title="queues")
+    for name, row in data["queues"].items():
+        table.add_row(
+            name,
+            *(str(row[s]) for s in states),
+            age(row["oldest_ready_age_s"]),
+            rate(row["enqueue_rate"]),
+            rate(row["completion_rate"]),
+            ms(row["duration_p50_s"]),
+            ms(row["duration_p95_s"]),
+        )
+    console.print(table)
+    if data["pools"]:
+        pools = Table("pool", "model", "workers", "busy/slots", "util 1m", "5m", "15m", title="pools")
+        for name, p in sorted(data["pools"].items()):
+            u = p["utilisation"]
+            pools.add_row(
+                name,
+                p["model"],
+                str(p["workers"]),
+                f"{p['busy']}/{p['slots']}",
+                *(f"{100 * u[w]:.0f}%" for w in ("1m", "5m", "15m")),
+            )
+        console.print(pools)
+    if data["workers"]:
+        console.print(workers_table(data["workers"]))
+
+
+def workers_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table("worker", "host", "pid", "status", "held", "pools", "up", "seen", title="workers")
+    for w in rows:
+        status = w["status"] if w["healthy"] or w["status"] != "live" else "unhealthy"
+        table.add_row(
+            w["id"],
+            w["host"],
+            str(w["pid"]),
+            status,
+            str(w["held"]),
+            " ".join(f"{p['name']} {p['busy']}/{p['slots']}" for p in w["pools"]),
+            age(w["uptime_s"]),
+            f"{age(w['last_seen_age_s'])} ago",
+        )
+    return table
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--gone-within",
+    type=click.FloatRange(min=0),
+    default=3600.0,
+    show_default=True,
+    help="Also list workers that stopped or were lost this many seconds ago.",
+)
+@broker_option
+@friendly_errors
+def workers(as_json: bool, gone_within: float, broker_url: str | None) -> None:
+    """Live workers, and those gone recently: stopped (gracefully) or lost (no word)."""
+    view = fold(open_app(broker_url).broker.list_workers(gone_within))
+    if as_json:
+        click.echo(json.dumps(view["workers"], indent=2))
+        return
+    Console().print(workers_table(view["workers"]))
+
+
+@click.command()
+@click.option("--worker", "worker_id", required=True, help="A worker id (or a unique prefix).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@broker_option
+@friendly_errors
+def health(worker_id: str, as_json: bool, broker_url: str | None) -> None:
+    """Exit 0 if the worker is healthy, 1 if not: its heartbeat is recent, its loop
+    turns, its broker connection works, and it consumes when work is ready."""
+    view = fold(open_app(broker_url).broker.list_workers())
+    found = [w for w in view["workers"] if w["id"] == worker_id] or [
+        w for w in view["workers"] if w["id"].startswith(worker_id)
+    ]
+    if not found:
+        raise JobNotFound(f"no worker {worker_id!r} in the registry")
+    if len(found) > 1:
+        raise ConfigError(f"{worker_id!r} matches {len(found)} workers; give more of the id")
+    row = found[0]
+    if as_json:
+        click.echo(json.dumps(row, indent=2))
+    else:
+        verdict = "healthy" if row["healthy"] else "unhealthy"
+        click.echo(f"{row['id']}: {verdict} ({row['status']})")
+        for reason in row["reasons"]:
+            click.echo(f"  - {reason}")
+    raise SystemExit(0 if row["healthy"] else 1)
+
+
+@click.command()
+@click.option("--rate", "rate_text", metavar="RATE", help='Arrivals, e.g. "100/s" or "600/m".')
+@click.option("--duration", "duration_text", metavar="TIME", help='Mean job time, e.g. "500ms".')
+@click.option("--queue", help="Size from what the workers observed for this queue.")
+@click.option(
+    "--window",
+    default="15m",
+    show_default=True,
+    type=click.Choice(["1m", "5m", "15m"]),
+    help="With --queue: the window of observed figures.",
+)
+@click.option(
+    "--target",
+    type=click.FloatRange(0.01, 1.0),
+    default=0.8,
+    show_default=True,
+    help="Target utilisation: slots needed = busy slots on average / target.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@broker_option
+@friendly_errors
+def size(
+    rate_text: str | None,
+    duration_text: str | None,
+    queue: str | None,
+    window: str,
+    target: float,
+    as_json: bool,
+    broker_url: str | None,
+) -> None:
+    """Slots a pool needs, by Little's law: slots = completions per second x mean duration.
+
+    \b
+    From declared figures:  sluicegate size --rate 100/s --duration 500ms
+    From observed figures:  sluicegate size --queue transcode --window 15m
+    """
+    try:
+        if queue is not None:
+            if rate_text or duration_text:
+                raise ConfigError("give --queue, or --rate and --duration, not both")
+            broker = open_app(broker_url).broker
+            listed = broker.list_workers()
+            result = sizing.observed(fold(listed), listed, queue, window, target)
+        else:
+            if not (rate_text and duration_text):
+                raise ConfigError("give --rate and --duration (or --queue to use observed figures)")
+            result = sizing.declared(
+                sizing.parse_rate(rate_text), sizing.parse_duration(duration_text), target
+            )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+        return
+    for line in result.lines():
+        click.echo(line)
