@@ -1,0 +1,356 @@
+"""A worker's figures, kept in its main process and read as one ``schema.Snapshot``.
+
+The worker calls the recorder on its hot path (every claim, start and end of a job), so
+each call is a few dict lookups and integer or list updates: no I/O, no locks, nothing
+allocated after a task, queue or concurrency level is first seen. All the folding into
+windows and dicts happens in ``snapshot``, once per publish. Not thread-safe: one thread
+(the worker's loop) makes every call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Protocol
+
+from .histogram import Histogram
+from .schema import (
+    VERSION,
+    Bin,
+    Health,
+    HostFigures,
+    LimitFigures,
+    PoolFigures,
+    QueueFigures,
+    QueueWindow,
+    Snapshot,
+    TaskFigures,
+    WorkerFigures,
+)
+from .utilisation import BusyTracker
+from .windows import Clock, CountWindow, HistWindow
+
+OUTCOMES = ("succeeded", "retried", "dead")
+
+
+class DepthLike(Protocol):
+    """What ``depths`` reads of a broker's depth sample (``brokers.QueueDepth``)."""
+
+    @property
+    def ready(self) -> int: ...
+    @property
+    def scheduled(self) -> int: ...
+    @property
+    def claimed(self) -> int: ...
+    @property
+    def running(self) -> int: ...
+    @property
+    def oldest_ready_age_s(self) -> float: ...
+
+
+class _Queue:
+    __slots__ = (
+        "claimed",
+        "completed",
+        "completed_w",
+        "duration_w",
+        "enqueued",
+        "enqueued_w",
+        "oldest_ready_age_s",
+        "ready",
+        "running",
+        "scheduled",
+        "wait_w",
+    )
+
+    def __init__(self, clock: Clock, start: float) -> None:
+        self.ready = self.scheduled = self.claimed = self.running = 0
+        self.oldest_ready_age_s = 0.0
+        self.enqueued = self.completed = 0
+        self.enqueued_w = CountWindow(clock, start)
+        self.completed_w = CountWindow(clock, start)
+        self.duration_w = HistWindow(clock, start)
+        self.wait_w = HistWindow(clock, start)
+
+
+class _Pool:
+    __slots__ = ("busy", "by_concurrency", "claimed", "model", "queues", "slots", "tracker")
+
+    def __init__(
+        self, queues: list[str], model: str, slots: int, clock: Clock, start: float
+    ) -> None:
+        self.queues = list(queues)
+        self.model = model
+        self.slots = slots
+        self.busy = 0
+        self.claimed = 0
+        self.tracker = BusyTracker(slots, clock, start)
+        self.by_concurrency: dict[int, _Bin] = {}
+
+
+class _Bin:
+    __slots__ = ("count", "sum")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.sum = 0.0
+
+
+class _Task:
+    __slots__ = ("dead", "duration", "queue", "retried", "succeeded", "timed_out", "wait")
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        self.succeeded = self.retried = self.dead = self.timed_out = 0
+        self.duration = Histogram()
+        self.wait = Histogram()
+
+
+class WorkerMetrics:
+    """The recorder of one worker process. ``pools``: (name, queues, model, slots) each;
+    naming a pool not among them is a KeyError (a wiring bug), while tasks and queues are
+    added as they are first seen."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        pools: list[tuple[str, list[str], str, int]],
+        interval_s: float,
+        lease_s: float,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.worker_id = worker_id
+        self.interval_s = interval_s
+        self.lease_s = lease_s
+        self._clock = clock
+        self._start = start = clock()
+        self._pools = {
+            name: _Pool(queues, model, slots, clock, start) for name, queues, model, slots in pools
+        }
+        self._queues: dict[str, _Queue] = {}
+        for pool in self._pools.values():
+            for queue in pool.queues:
+                self._queue(queue)
+        self._tasks: dict[str, _Task] = {}
+        self._released = self._recovered = self._lease_lost = self._broker_errors = 0
+        self._heartbeat_lag_s = 0.0
+        self._claim_latency = Histogram()
+        self._limits: dict[str, LimitFigures] = {}
+        self._host: HostFigures = {
+            "cpus": 0,
+            "cpu_percent": 0.0,
+            "iowait_percent": None,
+            "load1": 0.0,
+            "load5": 0.0,
+            "load15": 0.0,
+        }
+
+    def _queue(self, name: str) -> _Queue:
+        queue = self._queues.get(name)
+        if queue is None:  # a pool's queue, or one a job came from anyway
+            queue = self._queues[name] = _Queue(self._clock, self._start)
+        return queue
+
+    def _task(self, name: str, queue: str) -> _Task:
+        task = self._tasks.get(name)
+        if task is None:
+            task = self._tasks[name] = _Task(queue)
+        else:
+            task.queue = queue
+        return task
+
+    # ---- the hot path --------------------------------------------------
+    def claimed(self, pool: str, jobs: int, latency_s: float) -> None:
+        """One broker claim call for ``pool`` returned ``jobs`` jobs in ``latency_s``."""
+        self._pools[pool].claimed += jobs
+        self._claim_latency.observe(latency_s)
+
+    def started(self, pool: str, task: str, queue: str, wait_s: float, busy: int) -> None:
+        """A job's body began after waiting ``wait_s`` since it was ready. ``busy`` (the
+        pool's busy slots, this job included) is for the caller to hand back to
+        ``finished`` as ``busy_at_start``; the recorder keeps nothing per job, and the
+        pool's busy count comes from ``busy_changed``."""
+        self._task(task, queue).wait.observe(wait_s)
+        self._queue(queue).wait_w.observe(wait_s)
+
+    def finished(
+        self,
+        pool: str,
+        task: str,
+        queue: str,
+        duration_s: float,
+        outcome: str,
+        busy_at_start: int,
+        timed_out: bool = False,
+    ) -> None:
+        """An attempt ended: ``outcome`` is "succeeded", "retried" or "dead" (a timeout is
+        also one of the last two, with ``timed_out``). Every attempt counts in the
+        durations, since each held a slot; only succeeded and dead jobs are completed."""
+        t = self._task(task, queue)
+        q = self._queue(queue)
+        if outcome == "succeeded":
+            t.succeeded += 1
+        elif outcome == "retried":
+            t.retried += 1
+        elif outcome == "dead":
+            t.dead += 1
+        else:
+            raise ValueError(f"unknown outcome {outcome!r}; expected one of {OUTCOMES}")
+        if timed_out:
+            t.timed_out += 1
+        t.duration.observe(duration_s)
+        now = self._clock()
+        if outcome != "retried":
+            q.completed += 1
+            q.completed_w.add(1, now)
+        q.duration_w.observe(duration_s, now)
+        bins = self._pools[pool].by_concurrency
+        b = bins.get(busy_at_start)
+        if b is None:
+            b = bins[busy_at_start] = _Bin()
+        b.count += 1
+        b.sum += duration_s
+
+    def busy_changed(self, pool: str, busy: int) -> None:
+        """The pool's busy slots became ``busy`` (call on every change, up and down)."""
+        p = self._pools[pool]
+        p.busy = busy
+        p.tracker.change(busy)
+
+    def released(self, n: int = 1) -> None:
+        self._released += n
+
+    def recovered(self, n: int = 1) -> None:
+        self._recovered += n
+
+    def lease_lost(self, n: int = 1) -> None:
+        self._lease_lost += n
+
+    def broker_error(self) -> None:
+        self._broker_errors += 1
+
+    def heartbeat_lag(self, s: float) -> None:
+        """How late the last lease heartbeat ran past its due time (the latest wins)."""
+        self._heartbeat_lag_s = s
+
+    # ---- broker and host samples (once per publish) --------------------
+    def depths(self, figures: Mapping[str, DepthLike]) -> None:
+        """The latest depth sample for this worker's queues. A queue of ours missing from
+        it has no unfinished jobs (the broker returns only queues with some); others'
+        queues are ignored."""
+        for name, q in self._queues.items():
+            d = figures.get(name)
+            if d is None:
+                q.ready = q.scheduled = q.claimed = q.running = 0
+                q.oldest_ready_age_s = 0.0
+            else:
+                q.ready, q.scheduled, q.claimed, q.running = (
+                    d.ready,
+                    d.scheduled,
+                    d.claimed,
+                    d.running,
+                )
+                q.oldest_ready_age_s = d.oldest_ready_age_s
+
+    def arrived(self, counts: dict[str, int]) -> None:
+        """Jobs stored per queue since the last call (anyone's); other queues are ignored."""
+        now = self._clock()
+        for name, n in counts.items():
+            q = self._queues.get(name)
+            if q is not None and n:
+                q.enqueued += n
+                q.enqueued_w.add(n, now)
+
+    def limits(self, figures: dict[str, LimitFigures]) -> None:
+        self._limits = figures
+
+    def host(self, figures: HostFigures) -> None:
+        self._host = figures
+
+    # ---- the snapshot ----------------------------------------------------
+    def snapshot(self, health: Health, held: int) -> Snapshot:
+        """Everything, as the JSON-safe dict a registry heartbeat carries."""
+        now = self._clock()
+        pools = {name: _pool_figures(p, now) for name, p in self._pools.items()}
+        return {
+            "v": VERSION,
+            "worker": self.worker_id,
+            "at": time.time(),
+            "uptime_s": max(0.0, now - self._start),
+            "interval_s": self.interval_s,
+            "lease_s": self.lease_s,
+            "health": health,
+            "queues": {name: _queue_figures(q, now) for name, q in self._queues.items()},
+            "pools": pools,
+            "tasks": {name: _task_figures(t) for name, t in self._tasks.items()},
+            "worker_figures": self._worker_figures(held),
+            "host": self._host,
+            "limits": dict(self._limits),
+        }
+
+    def _worker_figures(self, held: int) -> WorkerFigures:
+        return {
+            "claimed": sum(p.claimed for p in self._pools.values()),
+            "released": self._released,
+            "recovered": self._recovered,
+            "lease_lost": self._lease_lost,
+            "broker_errors": self._broker_errors,
+            "heartbeat_lag_s": self._heartbeat_lag_s,
+            "held": held,
+            "claim_latency": self._claim_latency.to_dict(),
+        }
+
+
+def _queue_figures(q: _Queue, now: float) -> QueueFigures:
+    enqueued = q.enqueued_w.totals(now)
+    completed = q.completed_w.totals(now)
+    durations = q.duration_w.totals(now)
+    waits = q.wait_w.totals(now)
+    recent: dict[str, QueueWindow] = {
+        w: {
+            "seconds": seconds,
+            "enqueued": n,
+            "completed": completed[w][0],
+            "duration": durations[w][0].to_dict(),
+            "wait": waits[w][0].to_dict(),
+        }
+        for w, (n, seconds) in enqueued.items()
+    }
+    return {
+        "ready": q.ready,
+        "scheduled": q.scheduled,
+        "claimed": q.claimed,
+        "running": q.running,
+        "oldest_ready_age_s": q.oldest_ready_age_s,
+        "enqueued": q.enqueued,
+        "completed": q.completed,
+        "recent": recent,
+    }
+
+
+def _pool_figures(p: _Pool, now: float) -> PoolFigures:
+    bins: dict[str, Bin] = {
+        str(busy): {"count": b.count, "sum": b.sum} for busy, b in sorted(p.by_concurrency.items())
+    }
+    return {
+        "queues": list(p.queues),
+        "model": p.model,
+        "slots": p.slots,
+        "busy": p.busy,
+        "claimed": p.claimed,
+        "utilisation": p.tracker.utilisation(now),
+        "by_concurrency": bins,
+    }
+
+
+def _task_figures(t: _Task) -> TaskFigures:
+    return {
+        "queue": t.queue,
+        "succeeded": t.succeeded,
+        "failed": t.retried + t.dead,
+        "retried": t.retried,
+        "timed_out": t.timed_out,
+        "dead": t.dead,
+        "duration": t.duration.to_dict(),
+        "wait": t.wait.to_dict(),
+    }
