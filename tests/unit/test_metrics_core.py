@@ -401,12 +401,9 @@ def scripted() -> tuple[WorkerMetrics, FakeClock]:
     clock.advance(8.0)
     m.finished("cpu", "report", "reports", 8.0, "succeeded", 1)
     m.busy_changed("cpu", 0)
-    m.released(2)
-    m.recovered(1)
-    m.lease_lost(1)
-    m.broker_error()
-    m.broker_error()
-    m.heartbeat_lag(0.25)
+    m.tallies(
+        claimed=4, released=2, recovered=1, lease_lost=1, broker_errors=2, heartbeat_lag_s=0.25
+    )
     m.depths({"emails": Depth(ready=4, oldest_ready_age_s=3.5), "other": Depth(ready=99)})
     m.limits({"smtp": {"concurrency": 5, "rate": None, "in_use": 1, "waiting": 0,
                        "oldest_wait_s": 0.0}})  # fmt: skip

@@ -32,9 +32,7 @@ def test_a_pool_that_stops_claiming_makes_the_worker_unhealthy(
 
     worker.claimers[0].due_in = lambda now: None  # type: ignore[method-assign]  # stops claiming
     noop.enqueue()
-    health = wait_for(
-        lambda: (h := worker.health.check()) and not h["healthy"] and h, timeout=10
-    )
+    health = wait_for(lambda: (h := worker.health.check()) and not h["healthy"] and h, timeout=10)
     assert health["stalled"] == ["p"]
     assert "pool p has free slots and ready jobs" in health["reasons"][0]
 

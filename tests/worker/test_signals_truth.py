@@ -51,6 +51,7 @@ class Truth:
 @pytest.fixture
 def workload(app: App, gate: threading.Event) -> tuple[Truth, dict[str, Any]]:
     truth = Truth()
+
     @app.task(queue="work")
     def sleepy(seconds: float) -> None:
         start = time.time()
@@ -109,9 +110,7 @@ def test_figures_match_ground_truth(
     jobs = [tasks["sleepy"].enqueue(SLEEP) for _ in range(N_SLEEPY)]
     jobs += [tasks["flaky"].enqueue() for _ in range(N_FLAKY)]
     jobs += [tasks["slow"].enqueue() for _ in range(N_SLOW)]
-    wait_for(
-        lambda: all(app.get_job(j.id).finished for j in jobs), timeout=30, what="the workload"
-    )
+    wait_for(lambda: all(app.get_job(j.id).finished for j in jobs), timeout=30, what="the workload")
     time.sleep(0.4)  # the timed-out bodies return; slots free
     done_at = time.time()
     snap = registry_snapshot(app, worker.worker_id, done_at)

@@ -48,5 +48,7 @@ def test_size_from_observed_figures_finds_littles_law(
     result = json.loads(out.output)
     assert abs(result["slots_exact"] - 4.0) <= 0.15 * 4.0, result
     assert abs(result["duration_s"] - DURATION) <= 0.15 * DURATION, result
-    text = CliRunner().invoke(main, ["size", "--queue", "sized", "--window", "1m", "--broker", db_url])
+    text = CliRunner().invoke(
+        main, ["size", "--queue", "sized", "--window", "1m", "--broker", db_url]
+    )
     assert text.exit_code == 0 and "Little's law" in text.output

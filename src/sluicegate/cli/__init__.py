@@ -20,7 +20,6 @@ from .cmd_limits import limits
 from .cmd_ops import demo, migrate, prune
 from .cmd_signals import health, size, stats, workers
 from .cmd_worker import tasks, worker
-from .top import top
 from .common import (
     EXIT_FAILURE,
     EXIT_USAGE,
@@ -33,6 +32,7 @@ from .common import (
     parse_json,
     retention_options,
 )
+from .top import top
 
 __all__ = [
     "EXIT_FAILURE",

@@ -56,7 +56,9 @@ def stats(as_json: bool, broker_url: str | None) -> None:
         )
     console.print(table)
     if data["pools"]:
-        pools = Table("pool", "model", "workers", "busy/slots", "util 1m", "5m", "15m", title="pools")
+        pools = Table(
+            "pool", "model", "workers", "busy/slots", "util 1m", "5m", "15m", title="pools"
+        )
         for name, p in sorted(data["pools"].items()):
             u = p["utilisation"]
             pools.add_row(

@@ -132,7 +132,8 @@ class WorkerMetrics:
             for queue in pool.queues:
                 self._queue(queue)
         self._tasks: dict[str, _Task] = {}
-        self._released = self._recovered = self._lease_lost = self._broker_errors = 0
+        self._claimed = self._released = self._recovered = 0
+        self._lease_lost = self._broker_errors = 0
         self._heartbeat_lag_s = 0.0
         self._claim_latency = Histogram()
         self._limits: dict[str, LimitFigures] = {}
@@ -217,21 +218,22 @@ class WorkerMetrics:
         p.busy = busy
         p.tracker.change(busy)
 
-    def released(self, n: int = 1) -> None:
-        self._released += n
-
-    def recovered(self, n: int = 1) -> None:
-        self._recovered += n
-
-    def lease_lost(self, n: int = 1) -> None:
-        self._lease_lost += n
-
-    def broker_error(self) -> None:
-        self._broker_errors += 1
-
-    def heartbeat_lag(self, s: float) -> None:
-        """How late the last lease heartbeat ran past its due time (the latest wins)."""
-        self._heartbeat_lag_s = s
+    def tallies(
+        self,
+        *,
+        claimed: int,
+        released: int,
+        recovered: int,
+        lease_lost: int,
+        broker_errors: int,
+        heartbeat_lag_s: float,
+    ) -> None:
+        """The worker's own totals as they stand (counted where they happen, metrics on
+        or off), and how late its last lease heartbeat ran past its due time."""
+        self._claimed = claimed
+        self._released, self._recovered = released, recovered
+        self._lease_lost, self._broker_errors = lease_lost, broker_errors
+        self._heartbeat_lag_s = heartbeat_lag_s
 
     # ---- broker and host samples (once per publish) --------------------
     def depths(self, figures: Mapping[str, DepthLike]) -> None:
@@ -290,7 +292,7 @@ class WorkerMetrics:
 
     def _worker_figures(self, held: int) -> WorkerFigures:
         return {
-            "claimed": sum(p.claimed for p in self._pools.values()),
+            "claimed": self._claimed,
             "released": self._released,
             "recovered": self._recovered,
             "lease_lost": self._lease_lost,

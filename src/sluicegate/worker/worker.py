@@ -135,7 +135,9 @@ class Worker:
             if metrics:
                 claimer.on_claimed = self.metrics.claimed
         self.health = HealthCheck(
-            self.claimers, backoff, loop_deadline=max(5.0, 3 * publish_interval),
+            self.claimers,
+            backoff,
+            loop_deadline=max(5.0, 3 * publish_interval),
             stall_after=stall_after,
         )
         self.registry = Registry(

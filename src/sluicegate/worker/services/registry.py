@@ -85,9 +85,8 @@ class Registry(Service):
     def publish(self, stopped: bool = False) -> None:
         self.sample()
         held = self.held()
-        snapshot = self.metrics.snapshot(self.health.check(), held)
         c = self.counters
-        snapshot["worker_figures"].update(  # counted where they happen (services/base.py)
+        self.metrics.tallies(
             claimed=c.claimed,
             released=c.released,
             recovered=c.recovered,
@@ -95,6 +94,7 @@ class Registry(Service):
             broker_errors=self.backoff.errors,
             heartbeat_lag_s=round(self.heartbeat_lag(), 3),
         )
+        snapshot = self.metrics.snapshot(self.health.check(), held)
         self.latest = snapshot
         self.broker.publish_worker(self.info, held, json.dumps(snapshot), stopped)
 
