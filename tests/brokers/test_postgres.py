@@ -22,6 +22,7 @@ from sluicegate.brokers.base import Retention
 from sluicegate.codec import encode_payload
 from sluicegate.errors import BrokerUnavailable, ConfigError, LeaseLost
 from sluicegate.job import Claim, JobSpec, JobState
+from sluicegate.limits import encode_needs
 from sluicegate.outcomes import Buried, Retried, Succeeded
 
 psycopg = pytest.importorskip("psycopg")
@@ -246,6 +247,46 @@ def test_the_claims_generic_plan_reads_indexes_only(
     assert re.search(r"Index Cond: \(id = ANY \(\$\d+\)\)", text), text
     for full_read in ("Seq Scan on jobs", "Merge Join", "Hash Join"):
         assert full_read not in text, text
+
+
+@pytest.fixture
+def history(pg: PostgresBroker, pg_url: str, sql: Any) -> PostgresBroker:
+    """Finished jobs, as in production, and a few of every unfinished state, analysed."""
+    pg.enqueue([spec(args=[i]) for i in range(3000)])
+    claims = [c.claim for c in pg.claim(["q"], 3000, LEASE, "w")]
+    assert pg.record([], [Succeeded(c, "null") for c in claims]) == []
+    pg.enqueue([spec(), spec(queue="other"), spec(delay=60.0), spec(queue="held")])
+    pg.enqueue([spec(limits=encode_needs([("db", None, 1)])), spec(queue="held")])
+    pg.start(pg.claim(["held"], 2, LEASE, "w")[0].claim)
+    sql.execute(f"ANALYZE {schema_of(pg_url)}.jobs")
+    return pg
+
+
+@pytest.mark.parametrize("name", ["queue_depths", "queue_depths_of"])
+def test_queue_depths_read_only_partial_indexes(history: PostgresBroker, name: str) -> None:
+    """Sampled by every worker every few seconds: its generic plan reads each unfinished
+    state off its partial index, never the finished rows."""
+    params = {"now": None, "queues": ["q", "held", "none"]}
+    with psycopg.connect(history.dsn) as conn:
+        text = generic_plan(conn, history._queries[name], params)
+    for index in ("jobs_ready", "jobs_gated", "jobs_scheduled", "jobs_leased"):
+        assert index in text, text
+    for full_read in ("Seq Scan on jobs", "jobs_finished", "jobs_pkey"):
+        assert full_read not in text, text
+
+
+@pytest.mark.parametrize("name", ["arrivals", "last_job_id"])
+def test_arrivals_read_the_primary_key(history: PostgresBroker, name: str) -> None:
+    query = history._queries[name]
+    with psycopg.connect(history.dsn) as conn:
+        if query.columns == ("id",):  # no parameter to make generic
+            text = "\n".join(r[0] for r in conn.execute("EXPLAIN " + query).fetchall())
+        else:
+            text = generic_plan(conn, query, {"after": 2990, "scan": 100})
+    assert "jobs_pkey" in text, text
+    assert "Seq Scan on jobs" not in text, text
+    assert history.arrivals(2990) == (3006, {"q": 13, "other": 1, "held": 2})
+    assert history.arrivals(None) == (3006, {})
 
 
 def test_a_queue_named_twice_is_claimed_from_once(pg: PostgresBroker) -> None:
