@@ -22,6 +22,7 @@ from sluicegate.brokers.base import Retention
 from sluicegate.codec import encode_payload
 from sluicegate.errors import BrokerUnavailable, ConfigError, LeaseLost
 from sluicegate.job import Claim, JobSpec, JobState
+from sluicegate.limits import encode_needs
 from sluicegate.outcomes import Buried, Retried, Succeeded
 
 psycopg = pytest.importorskip("psycopg")
@@ -78,17 +79,23 @@ class TestMigrations:
         self, pg_url: str, open_pg: Any, sql: Any
     ) -> None:
         broker = open_pg()
-        assert broker.migrations_applied == [1, 2]
+        assert broker.migrations_applied == [1, 2, 3]
         schema = schema_of(pg_url)
         rows = sql.execute(
             f"SELECT version, name FROM {schema}.schema_version ORDER BY 1"
         ).fetchall()
-        assert rows == [(1, "initial"), (2, "limits")]
+        assert rows == [(1, "initial"), (2, "limits"), (3, "workers")]
         tables = sql.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
             (schema,),
         ).fetchall()
-        assert [t[0] for t in tables] == ["jobs", "limit_buckets", "limits", "schema_version"]
+        assert [t[0] for t in tables] == [
+            "jobs",
+            "limit_buckets",
+            "limits",
+            "schema_version",
+            "workers",
+        ]
 
     def test_migrate_twice_is_a_no_op(self, pg_url: str, open_pg: Any, sql: Any) -> None:
         first = open_pg()
@@ -96,7 +103,7 @@ class TestMigrations:
         second = open_pg()
         assert second.migrations_applied == [] and second.migrate() == []
         schema = schema_of(pg_url)
-        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (2,)
+        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (3,)
         job = first.enqueue([spec()])[0]
         assert second.get_job(job.id) == job  # nothing was recreated under the first handle
 
@@ -111,9 +118,9 @@ class TestMigrations:
             "broker.close()\n"
         )
         outputs = run_released(child, [[pg_url]] * 4)
-        assert sorted(outputs) == [[], [], [], [1, 2]], outputs
+        assert sorted(outputs) == [[], [], [], [1, 2, 3]], outputs
         schema = schema_of(pg_url)
-        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (2,)
+        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (3,)
 
     def test_migrate_false_on_an_unmigrated_schema_names_the_command(
         self, open_pg: Any, sql: Any, pg_url: str
@@ -240,6 +247,46 @@ def test_the_claims_generic_plan_reads_indexes_only(
     assert re.search(r"Index Cond: \(id = ANY \(\$\d+\)\)", text), text
     for full_read in ("Seq Scan on jobs", "Merge Join", "Hash Join"):
         assert full_read not in text, text
+
+
+@pytest.fixture
+def history(pg: PostgresBroker, pg_url: str, sql: Any) -> PostgresBroker:
+    """Finished jobs, as in production, and a few of every unfinished state, analysed."""
+    pg.enqueue([spec(args=[i]) for i in range(3000)])
+    claims = [c.claim for c in pg.claim(["q"], 3000, LEASE, "w")]
+    assert pg.record([], [Succeeded(c, "null") for c in claims]) == []
+    pg.enqueue([spec(), spec(queue="other"), spec(delay=60.0), spec(queue="held")])
+    pg.enqueue([spec(limits=encode_needs([("db", None, 1)])), spec(queue="held")])
+    pg.start(pg.claim(["held"], 2, LEASE, "w")[0].claim)
+    sql.execute(f"ANALYZE {schema_of(pg_url)}.jobs")
+    return pg
+
+
+@pytest.mark.parametrize("name", ["queue_depths", "queue_depths_of"])
+def test_queue_depths_read_only_partial_indexes(history: PostgresBroker, name: str) -> None:
+    """Sampled by every worker every few seconds: its generic plan reads each unfinished
+    state off its partial index, never the finished rows."""
+    params = {"now": None, "queues": ["q", "held", "none"]}
+    with psycopg.connect(history.dsn) as conn:
+        text = generic_plan(conn, history._queries[name], params)
+    for index in ("jobs_ready", "jobs_gated", "jobs_scheduled", "jobs_leased"):
+        assert index in text, text
+    for full_read in ("Seq Scan on jobs", "jobs_finished", "jobs_pkey"):
+        assert full_read not in text, text
+
+
+@pytest.mark.parametrize("name", ["arrivals", "last_job_id"])
+def test_arrivals_read_the_primary_key(history: PostgresBroker, name: str) -> None:
+    query = history._queries[name]
+    with psycopg.connect(history.dsn) as conn:
+        if query.columns == ("id",):  # no parameter to make generic
+            text = "\n".join(r[0] for r in conn.execute("EXPLAIN " + query).fetchall())
+        else:
+            text = generic_plan(conn, query, {"after": 2990, "scan": 100})
+    assert "jobs_pkey" in text, text
+    assert "Seq Scan on jobs" not in text, text
+    assert history.arrivals(2990) == (3006, {"q": 13, "other": 1, "held": 2})
+    assert history.arrivals(None) == (3006, {})
 
 
 def test_a_queue_named_twice_is_claimed_from_once(pg: PostgresBroker) -> None:

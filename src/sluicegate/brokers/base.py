@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..codec import loads
 from ..errors import ConfigError, InvalidTransition, JobNotFound, LeaseLost
 from ..job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobSpec, JobState
 from ..limits import Bucket, Key, Limit
@@ -176,6 +177,41 @@ def unknown_limit(name: str, known: Iterable[str]) -> ConfigError:
         f"no limit named {name!r} is registered (limits: {names}); "
         "workers register the limits their app declares when they start"
     )
+
+
+def worker_record(
+    info: WorkerInfo,
+    started_at: float,
+    last_seen: float,
+    stopped_at: float | None,
+    held: int,
+    snapshot: str,
+) -> WorkerRecord:
+    """A registry row as read back, its snapshot decoded: JSON text that is not an object
+    reads as {}, so one worker's bad row never breaks a listing."""
+    try:
+        decoded = loads(snapshot) if snapshot else {}
+    except ValueError:
+        decoded = {}
+    return WorkerRecord(
+        info=info,
+        started_at=float(started_at),
+        last_seen=float(last_seen),
+        stopped_at=None if stopped_at is None else float(stopped_at),
+        held=int(held),
+        snapshot=decoded if isinstance(decoded, dict) else {},
+    )
+
+
+def stored_pools(pools: str) -> tuple[dict[str, Any], ...]:
+    """A registry row's pools (JSON text) as WorkerInfo holds them; () if unreadable."""
+    try:
+        decoded = loads(pools)
+    except ValueError:
+        return ()
+    if not isinstance(decoded, list):
+        return ()
+    return tuple(p for p in decoded if isinstance(p, dict))
 
 
 DAY = 86_400.0

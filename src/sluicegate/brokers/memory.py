@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..codec import loads
+from ..codec import dumps, loads
 from ..errors import ConfigError
 from ..job import (
     HELD,
@@ -39,18 +39,25 @@ from ..limits import (
     local_host,
 )
 from ..outcomes import Outcome
+from . import base
 from .base import (
+    FORGET_WORKERS_AFTER,
     Broker,
     ClaimBatch,
     LimitFigures,
+    QueueDepth,
     QueueStats,
     RecordBatch,
     Recovery,
     Stats,
+    WorkerInfo,
+    WorkerList,
     refusal,
+    stored_pools,
     unique_key_taken,
     unknown_limit,
     worker_lost_error,
+    worker_record,
 )
 from .wakeups import Subscribers
 
@@ -67,6 +74,8 @@ class MemoryBroker(Broker):
         self._declared: dict[str, Limit] = {}
         self._overridden: set[str] = set()
         self._buckets: dict[Key, Bucket] = {}
+        # registry rows by worker id, their fields as the SQL brokers store them
+        self._workers: dict[str, dict[str, Any]] = {}
         self._lock = threading.RLock()
         self._subscribers = Subscribers()
 
@@ -243,6 +252,85 @@ class MemoryBroker(Broker):
                 buckets=dict(self._buckets),
                 now=self._clock(),
             )
+
+    # ---- worker registry and signals ------------------------------------------------
+    def publish_worker(
+        self, info: WorkerInfo, held: int, snapshot: str, stopped: bool = False
+    ) -> None:
+        with self._lock:
+            now = self._clock()
+            cutoff = now - FORGET_WORKERS_AFTER
+            for worker_id, row in list(self._workers.items()):
+                gone = row["stopped_at"] if row["stopped_at"] is not None else row["last_seen"]
+                if gone < cutoff:
+                    del self._workers[worker_id]
+            row = self._workers.setdefault(info.id, {"started_at": now, "stopped_at": None})
+            row.update(
+                host=info.host,
+                pid=info.pid,
+                version=info.version,
+                pools=dumps(list(info.pools)),
+                last_seen=now,
+                held=held,
+                snapshot=snapshot,
+            )
+            if stopped:
+                row["stopped_at"] = now
+
+    def list_workers(self, gone_within: float = 3600.0) -> WorkerList:
+        with self._lock:
+            now = self._clock()
+            rows = [
+                (worker_id, dict(row))
+                for worker_id, row in self._workers.items()
+                if row["stopped_at"] is None
+                or row["stopped_at"] >= now - gone_within
+                or row["last_seen"] >= now - gone_within
+            ]
+        workers = [
+            worker_record(
+                WorkerInfo(worker_id, r["host"], r["pid"], r["version"], stored_pools(r["pools"])),
+                r["started_at"],
+                r["last_seen"],
+                r["stopped_at"],
+                r["held"],
+                r["snapshot"],
+            )
+            for worker_id, r in rows
+        ]
+        workers.sort(key=lambda w: (w.info.host, w.started_at, w.info.id))
+        return WorkerList(now, workers)
+
+    def queue_depths(self, queues: Sequence[str] | None = None) -> dict[str, QueueDepth]:
+        wanted = None if queues is None else set(queues)
+        with self._lock:
+            now = self._clock()
+            counts: dict[str, dict[str, int]] = {q: {} for q in wanted or ()}
+            oldest: dict[str, float] = {}
+            for job in self._jobs.values():
+                if job.state not in UNFINISHED or (wanted is not None and job.queue not in wanted):
+                    continue
+                due = job.state is JobState.SCHEDULED and job.run_at <= now
+                shown = JobState.READY if due else job.state
+                per = counts.setdefault(job.queue, {})
+                per[shown.value] = per.get(shown.value, 0) + 1
+                if shown is JobState.READY:
+                    oldest[job.queue] = min(oldest.get(job.queue, job.run_at), job.run_at)
+        return {
+            q: QueueDepth(**c, oldest_ready_age_s=max(0.0, now - oldest[q]) if q in oldest else 0.0)
+            for q, c in counts.items()
+        }
+
+    def arrivals(self, after_id: int | None) -> tuple[int, dict[str, int]]:
+        with self._lock:
+            if after_id is None:
+                return max(self._jobs, default=0), {}
+            new = sorted(i for i in self._jobs if i > after_id)[: base.ARRIVALS_SCAN]
+            counts: dict[str, int] = {}
+            for job_id in new:
+                queue = self._jobs[job_id].queue
+                counts[queue] = counts.get(queue, 0) + 1
+        return (new[-1] if new else after_id), counts
 
     def has_work(self, queues: Sequence[str]) -> bool:
         with self._lock:

@@ -6,7 +6,8 @@ its connections, its locking, its SQL.
 - ``record`` groups outcomes by event (``RecordBatch``) and wakes workers after retries.
 - Operator actions (cancel, retry) and their refusals.
 - The migrations runner: read the version, apply pending numbered migrations, record them.
-- Stats folded from (queue, state, count) and (queue, age) rows.
+- Stats folded from (queue, state, count) and (queue, age) rows; queue depths and
+  arrivals (one query each), worker registry rows by column name.
 - Options read from a broker URL's query string (``UrlOptions``).
 """
 
@@ -24,12 +25,26 @@ from ..errors import ConfigError
 from ..job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobState
 from ..limits import Bucket, Key, Limit, decode_needs
 from ..outcomes import Outcome
-from .base import Broker, QueueStats, RecordBatch, Stats, refusal, unique_key_taken
+from . import base
+from .base import (
+    Broker,
+    QueueDepth,
+    QueueStats,
+    RecordBatch,
+    Stats,
+    WorkerInfo,
+    WorkerRecord,
+    refusal,
+    stored_pools,
+    unique_key_taken,
+    worker_record,
+)
 from .sqlfiles import JOB_COLUMNS, Migration, Query, Value, load_migrations, load_queries
 from .wakeups import Subscribers
 
 T = TypeVar("T")
 Row = Sequence[Any]
+MAX_ID = 2**63 - 1  # job ids are 64-bit integers on every SQL broker
 BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
@@ -128,6 +143,34 @@ def fold_stats(
     return Stats(
         {q: QueueStats(c, max(0.0, float(age_of.get(q) or 0.0))) for q, c in per_queue.items()}
     )
+
+
+WORKER_COLUMNS = ("id", "host", "pid", "version", "pools", "started_at", "last_seen",
+                  "stopped_at", "held", "snapshot")  # fmt: skip
+
+
+def worker_params(info: WorkerInfo, held: int, snapshot: str, stopped: bool) -> dict[str, Any]:
+    """publish_worker's parameters but the clock."""
+    return {
+        "id": info.id,
+        "host": info.host,
+        "pid": info.pid,
+        "version": info.version,
+        "pools": dumps(list(info.pools)),
+        "held": held,
+        "snapshot": snapshot,
+        "stopped": stopped,
+    }
+
+
+def worker_records(query: Query, rows: Iterable[Row]) -> list[WorkerRecord]:
+    """Registry rows of ``query`` (WORKER_COLUMNS, times as unix seconds) as records."""
+    pick = itemgetter(*(query.at[c] for c in WORKER_COLUMNS))
+    out = []
+    for id_, host, pid, version, pools, started, seen, stopped, held, snapshot in map(pick, rows):
+        info = WorkerInfo(id_, host, int(pid), version, stored_pools(pools))
+        out.append(worker_record(info, started, seen, stopped, held, snapshot))
+    return out
 
 
 class LimitRows:
@@ -307,6 +350,52 @@ class SQLBroker(Broker):
             rows = conn.execute(self._queries["list_jobs"], params).fetchall()
         read = self._jobs["list_jobs"].job
         return [read(r) for r in rows]
+
+    # ---- signals -------------------------------------------------------------------------
+    def queue_depths(self, queues: Sequence[str] | None = None) -> dict[str, QueueDepth]:
+        """``queue_depths`` reads every queue; ``queue_depths_of`` only the index ranges of
+        the queues given (its parameter: a JSON array on SQLite, an array on PostgreSQL)."""
+        if queues is None:
+            query, params = self._queries["queue_depths"], {"now": self._now()}
+        else:
+            query = self._queries["queue_depths_of"]
+            params = {"now": self._now(), "queues": self._queue_list(queues)}
+        with self._reading() as conn:
+            rows = conn.execute(query, params).fetchall()
+        fields = ("queue", "ready", "scheduled", "claimed", "running", "age_s")
+        pick = itemgetter(*(query.at[c] for c in fields))
+        return {
+            q: QueueDepth(
+                int(ready), int(scheduled), int(claimed), int(running), max(0.0, age or 0.0)
+            )
+            for q, ready, scheduled, claimed, running, age in map(pick, rows)
+        }
+
+    def arrivals(self, after_id: int | None) -> tuple[int, dict[str, int]]:
+        """Off the primary key: the highest id, or a range of at most ARRIVALS_SCAN ids
+        (read when called, so a test may lower it)."""
+        last, query = self._queries["last_job_id"], self._queries["arrivals"]
+        if after_id is not None and after_id >= MAX_ID:
+            return after_id, {}  # no id is stored above it
+        with self._reading() as conn:
+            if after_id is None:
+                return int(conn.execute(last).fetchone()[last.at["id"]]), {}
+            params = {"after": max(after_id, 0), "scan": base.ARRIVALS_SCAN}
+            rows = conn.execute(query, params).fetchall()
+        pick = itemgetter(*(query.at[c] for c in ("queue", "jobs", "last")))
+        counts, highest = {}, after_id
+        for queue, jobs, top in map(pick, rows):
+            counts[queue] = int(jobs)
+            highest = max(highest, int(top))
+        return highest, counts
+
+    @abstractmethod
+    def _now(self) -> float | None:
+        """The clock parameter of the dialect's queries (``now``)."""
+
+    def _queue_list(self, queues: Sequence[str]) -> Any:
+        """A list of queues as the dialect's queries take it: a JSON array by default."""
+        return dumps(list(queues))
 
     # ---- record --------------------------------------------------------------------------
     def record(self, started: Sequence[Claim], outcomes: Sequence[Outcome]) -> list[Claim]:

@@ -22,13 +22,21 @@ from ...codec import dumps
 from ...errors import BrokerUnavailable, ConfigError, LeaseLost
 from ...job import Claim, Job, JobId, JobSpec, JobState, in_claim_order
 from ...limits import local_host
-from ..base import ClaimBatch, RecordBatch, Recovery, Stats
-from ..sqlbase import Row, SQLBroker, fold_stats, matched
+from ..base import (
+    FORGET_WORKERS_AFTER,
+    ClaimBatch,
+    RecordBatch,
+    Recovery,
+    Stats,
+    WorkerInfo,
+    WorkerList,
+)
+from ..sqlbase import Row, SQLBroker, fold_stats, matched, worker_params, worker_records
 from ..sqlfiles import JOB_COLUMNS
 from ..wakeups import Subscribers
 from .connections import Connections, psycopg
 from .fate import UnknownFate, ids_tokens
-from .gated import Limits
+from .gated import Limits, rolled_back_on_error
 from .inserts import Inserts, tuple_rows
 from .listener import Listener
 from .url import Settings
@@ -350,6 +358,34 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
             count_rows = conn.execute(counts, now).fetchall()
             age_rows = conn.execute(ages, now).fetchall()
         return fold_stats(counts, count_rows, ages, age_rows)
+
+    def _queue_list(self, queues: Sequence[str]) -> list[str]:
+        return list(queues)
+
+    # ---- worker registry ----------------------------------------------------------------
+    def publish_worker(
+        self, info: WorkerInfo, held: int, snapshot: str, stopped: bool = False
+    ) -> None:
+        """One round trip (pipelined), committed without waiting for the WAL flush: a
+        publish lost in a crash is followed by the next. Notifies no one: no job is ready."""
+        q = self._queries
+        params = worker_params(info, held, snapshot, stopped)
+        params.update(now=self._now(), forget=FORGET_WORKERS_AFTER)
+        with self._db.single() as conn, rolled_back_on_error(conn), conn.pipeline():
+            conn.execute("BEGIN")
+            conn.execute("SET LOCAL synchronous_commit = off")
+            conn.execute(q["forget_workers"], params)
+            conn.execute(q["publish_worker"], params)
+            conn.execute("COMMIT")
+
+    def list_workers(self, gone_within: float = 3600.0) -> WorkerList:
+        query = self._queries["list_workers"]
+        with self._db.single() as conn:
+            params = {"now": self._now(), "gone_within": gone_within}
+            rows = conn.execute(query, params).fetchall()
+        at_id = query.at["id"]
+        workers = worker_records(query, [r for r in rows if r[at_id] is not None])
+        return WorkerList(float(rows[0][query.at["now"]]), workers)
 
     # ---- retention ----------------------------------------------------------------------
     def prune_batch(self, state: JobState, older_than: float, batch: int) -> int:

@@ -30,7 +30,17 @@ from ...limits import (
     room,
 )
 from ...outcomes import Failed
-from ..base import ClaimBatch, LimitFigures, RecordBatch, Recovery, Stats, unknown_limit
+from ..base import (
+    FORGET_WORKERS_AFTER,
+    ClaimBatch,
+    LimitFigures,
+    RecordBatch,
+    Recovery,
+    Stats,
+    WorkerInfo,
+    WorkerList,
+    unknown_limit,
+)
 from ..doorbell import open_doorbell
 from ..sqlbase import (
     LimitRows,
@@ -40,6 +50,8 @@ from ..sqlbase import (
     fold_stats,
     limit_params,
     matched,
+    worker_params,
+    worker_records,
 )
 from ..sqlfiles import JOB_COLUMNS
 from ..wakeups import Subscribers
@@ -80,6 +92,9 @@ class SQLiteBroker(SQLBroker):
         self._db.open_reader()
         self._watcher = Watcher(open_doorbell(self.path), self.poll_interval, self._db.data_version)
         self._subscribers = Subscribers(self._watcher.run, self._watcher.interrupt)
+
+    def _now(self) -> float:
+        return self._clock()
 
     # ---- migrations and closing ------------------------------------------
     def _migration_transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
@@ -421,6 +436,25 @@ class SQLiteBroker(SQLBroker):
             finally:
                 conn.execute("COMMIT")
         return LimitFigures(limits, overridden, held, waiting, buckets, self._clock())
+
+    # ---- worker registry and signals ---------------------------------------------
+    def publish_worker(
+        self, info: WorkerInfo, held: int, snapshot: str, stopped: bool = False
+    ) -> None:
+        """Relaxed (see Connections.write): a publish lost in a power cut is followed by
+        the next. Rings no doorbell: it makes no job ready."""
+        params = worker_params(info, held, snapshot, stopped)
+        with self._db.write(relaxed=True) as conn:
+            now = self._clock()
+            conn.execute(self._queries["forget_workers"], {"cutoff": now - FORGET_WORKERS_AFTER})
+            conn.execute(self._queries["publish_worker"], {**params, "now": now})
+
+    def list_workers(self, gone_within: float = 3600.0) -> WorkerList:
+        query = self._queries["list_workers"]
+        now = self._clock()
+        with self._db.read() as conn:
+            rows = conn.execute(query, {"since": now - gone_within}).fetchall()
+        return WorkerList(now, worker_records(query, rows))
 
     # ---- operator actions -------------------------------------------------
     def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:

@@ -32,8 +32,9 @@ The suite in parts, each exporting its tests: ``helpers`` (the fixtures, and hel
 as ``spec``, ``put``, ``take`` and ``make_state`` for cases of your own), ``enqueue_claim``,
 ``record_lease`` (record, fencing, heartbeat and release), ``recovery_actions`` (recovery,
 cancel, retry), ``read_wakeups`` (read side, subscribe, reopening), ``limits`` (dependency
-limits: concurrency, rate, scope, partitions, overrides), ``races`` (threads and processes)
-and ``reference_model`` (random operations against the reference broker).
+limits: concurrency, rate, scope, partitions, overrides), ``registry`` (the worker
+registry, queue depths and arrivals), ``races`` (threads and processes) and
+``reference_model`` (random operations against the reference broker).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from . import (
     record_lease,
     recovery_actions,
     reference_model,
+    registry,
 )
 from .enqueue_claim import *  # noqa: F403
 from .helpers import *  # noqa: F403
@@ -65,6 +67,7 @@ from .read_wakeups import *  # noqa: F403
 from .record_lease import *  # noqa: F403
 from .recovery_actions import *  # noqa: F403
 from .reference_model import *  # noqa: F403
+from .registry import *  # noqa: F403
 
 # What ``import *`` hands a test module: the fixtures, then every test, in suite order.
 __all__ = [
@@ -74,6 +77,7 @@ __all__ = [
     *recovery_actions.__all__,
     *read_wakeups.__all__,
     *limits.__all__,
+    *registry.__all__,
     *races.__all__,
     *reference_model.__all__,
 ]

@@ -648,3 +648,114 @@ SELECT name, part, host, tokens, at FROM {schema}.limit_buckets;
 -- name: clock
 -- columns: now
 SELECT extract(epoch FROM {now})::float8 AS now;
+
+-- name: forget_workers
+-- Registry rows of workers gone (stopped, or unseen) over %(forget)s seconds. A handful of
+-- rows: read whole.
+DELETE FROM {schema}.workers
+WHERE coalesce(stopped_at, last_seen) < {now} - make_interval(secs => %(forget)s::float8);
+
+-- name: publish_worker
+-- started_at only on the first publish; stopped_at once stopped, kept after.
+INSERT INTO {schema}.workers AS w (id, host, pid, version, pools, started_at, last_seen,
+                                   stopped_at, held, snapshot)
+VALUES (%(id)s, %(host)s, %(pid)s::int, %(version)s, %(pools)s, {now}, {now},
+        CASE WHEN %(stopped)s::boolean THEN {now} END, %(held)s::int, %(snapshot)s)
+ON CONFLICT (id) DO UPDATE SET
+    host = excluded.host, pid = excluded.pid, version = excluded.version,
+    pools = excluded.pools, last_seen = excluded.last_seen,
+    stopped_at = coalesce(excluded.stopped_at, w.stopped_at),
+    held = excluded.held, snapshot = excluded.snapshot;
+
+-- name: list_workers
+-- columns: now, id, host, pid, version, pools, started_at, last_seen, stopped_at, held, snapshot
+-- The clock, and the rows (workers not stopped, or stopped or seen within %(gone_within)s
+-- seconds): one row with NULL worker columns when there is none.
+SELECT extract(epoch FROM c.now)::float8 AS now, w.id, w.host, w.pid, w.version, w.pools,
+       extract(epoch FROM w.started_at)::float8 AS started_at,
+       extract(epoch FROM w.last_seen)::float8 AS last_seen,
+       extract(epoch FROM w.stopped_at)::float8 AS stopped_at, w.held, w.snapshot
+FROM (SELECT {now} AS now) AS c
+LEFT JOIN {schema}.workers AS w
+  ON w.stopped_at IS NULL
+  OR w.stopped_at >= c.now - make_interval(secs => %(gone_within)s::float8)
+  OR w.last_seen >= c.now - make_interval(secs => %(gone_within)s::float8)
+ORDER BY w.host, w.started_at, w.id;
+
+-- name: fragment_depth_totals
+-- The depths of queue_depths and queue_depths_of, from their parts: one row per queue.
+SELECT queue, sum(ready)::bigint AS ready, sum(scheduled)::bigint AS scheduled,
+       sum(claimed)::bigint AS claimed, sum(running)::bigint AS running,
+       extract(epoch FROM {now} - min(oldest))::float8 AS age_s
+FROM parts GROUP BY queue
+
+-- name: queue_depths
+-- columns: queue, ready, scheduled, claimed, running, age_s
+-- Unfinished jobs per queue, each state off its partial index, never a finished row: ready
+-- jobs off jobs_ready and jobs_gated (queue first, run_at for the oldest), scheduled ones
+-- off jobs_scheduled (run_at, queue: due ones count as ready, as a claim would promote them
+-- first), claimed and running ones off jobs_leased.
+WITH parts(queue, ready, scheduled, claimed, running, oldest) AS (
+    SELECT queue, count(*), 0, 0, 0, min(run_at) FROM {schema}.jobs
+    WHERE state = {ready} AND limits IS NULL
+    GROUP BY queue
+    UNION ALL
+    SELECT queue, count(*), 0, 0, 0, min(run_at) FROM {schema}.jobs
+    WHERE state = {ready} AND limits IS NOT NULL
+    GROUP BY queue
+    UNION ALL
+    SELECT queue, count(*) FILTER (WHERE run_at <= {now}), count(*) FILTER (WHERE run_at > {now}),
+           0, 0, min(run_at) FILTER (WHERE run_at <= {now})
+    FROM {schema}.jobs
+    WHERE state = {scheduled}
+    GROUP BY queue
+    UNION ALL
+    SELECT queue, 0, 0, count(*) FILTER (WHERE state = {claimed}),
+           count(*) FILTER (WHERE state = {running}), NULL
+    FROM {schema}.jobs
+    WHERE state IN ({held})
+    GROUP BY queue
+)
+{fragment_depth_totals};
+
+-- name: queue_depths_of
+-- columns: queue, ready, scheduled, claimed, running, age_s
+-- queue_depths for the queues of %(queues)s only; every one of them appears, with zeros
+-- when it has no unfinished job.
+WITH parts(queue, ready, scheduled, claimed, running, oldest) AS (
+    SELECT queue, count(*), 0, 0, 0, min(run_at) FROM {schema}.jobs
+    WHERE state = {ready} AND limits IS NULL AND queue = ANY(%(queues)s::text[])
+    GROUP BY queue
+    UNION ALL
+    SELECT queue, count(*), 0, 0, 0, min(run_at) FROM {schema}.jobs
+    WHERE state = {ready} AND limits IS NOT NULL AND queue = ANY(%(queues)s::text[])
+    GROUP BY queue
+    UNION ALL
+    SELECT queue, count(*) FILTER (WHERE run_at <= {now}), count(*) FILTER (WHERE run_at > {now}),
+           0, 0, min(run_at) FILTER (WHERE run_at <= {now})
+    FROM {schema}.jobs
+    WHERE state = {scheduled} AND queue = ANY(%(queues)s::text[])
+    GROUP BY queue
+    UNION ALL
+    SELECT queue, 0, 0, count(*) FILTER (WHERE state = {claimed}),
+           count(*) FILTER (WHERE state = {running}), NULL
+    FROM {schema}.jobs
+    WHERE state IN ({held}) AND queue = ANY(%(queues)s::text[])
+    GROUP BY queue
+    UNION ALL
+    SELECT q, 0, 0, 0, 0, NULL FROM unnest(%(queues)s::text[]) AS q
+)
+{fragment_depth_totals};
+
+-- name: last_job_id
+-- columns: id
+SELECT coalesce(max(id), 0) AS id FROM {schema}.jobs;
+
+-- name: arrivals
+-- columns: queue, jobs, last
+-- Jobs stored after %(after)s, per queue: at most %(scan)s of them, read in id order off
+-- the primary key. Ids are taken at insert, so a transaction that commits after a higher
+-- id was read is not counted: an estimate of the arrival rate, not a ledger.
+SELECT queue, count(*) AS jobs, max(id) AS last
+FROM (SELECT id, queue FROM {schema}.jobs WHERE id > %(after)s ORDER BY id LIMIT %(scan)s) AS a
+GROUP BY queue;

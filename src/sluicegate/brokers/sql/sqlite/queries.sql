@@ -317,3 +317,106 @@ WHERE id IN (
     WHERE state = :state AND finished_at < :cutoff
     LIMIT :batch
 );
+
+-- name: forget_workers
+-- Registry rows of workers gone (stopped, or unseen) since before :cutoff. A handful of
+-- rows: read whole.
+DELETE FROM workers WHERE coalesce(stopped_at, last_seen) < :cutoff;
+
+-- name: publish_worker
+-- started_at only on the first publish; stopped_at once stopped, kept after.
+INSERT INTO workers (id, host, pid, version, pools, started_at, last_seen, stopped_at, held,
+                     snapshot)
+VALUES (:id, :host, :pid, :version, :pools, :now, :now, CASE WHEN :stopped THEN :now END,
+        :held, :snapshot)
+ON CONFLICT (id) DO UPDATE SET
+    host = excluded.host, pid = excluded.pid, version = excluded.version,
+    pools = excluded.pools, last_seen = excluded.last_seen,
+    stopped_at = coalesce(excluded.stopped_at, workers.stopped_at),
+    held = excluded.held, snapshot = excluded.snapshot;
+
+-- name: list_workers
+-- columns: id, host, pid, version, pools, started_at, last_seen, stopped_at, held, snapshot
+SELECT id, host, pid, version, pools, started_at, last_seen, stopped_at, held, snapshot
+FROM workers
+WHERE stopped_at IS NULL OR stopped_at >= :since OR last_seen >= :since
+ORDER BY host, started_at, id;
+
+-- name: fragment_depth_totals
+-- The depths of queue_depths and queue_depths_of, from their parts: one row per queue.
+SELECT queue, sum(ready) AS ready, sum(scheduled) AS scheduled, sum(claimed) AS claimed,
+       sum(running) AS running, :now - min(oldest) AS age_s
+FROM parts GROUP BY queue
+
+-- name: queue_depths
+-- columns: queue, ready, scheduled, claimed, running, age_s
+-- Unfinished jobs per queue, never a finished row: ready ones off jobs_ready and jobs_gated
+-- (queue first, run_at for the oldest), scheduled ones (due ones count as ready: a claim
+-- would promote them first) and held ones off one state's range of jobs_state_queue at a
+-- time (held: the index alone). SQLite looks up each ready or scheduled job's row too (it
+-- never takes a partial index for covering when the query names its WHERE's columns), but
+-- only theirs: the cost follows the backlog, not the history.
+WITH parts(queue, ready, scheduled, claimed, running, oldest) AS (
+    SELECT queue, count(*), 0, 0, 0, min(run_at) FROM jobs INDEXED BY jobs_ready
+    WHERE state = {ready} AND limits IS NULL
+    GROUP BY queue
+    UNION ALL
+    SELECT queue, count(*), 0, 0, 0, min(run_at) FROM jobs INDEXED BY jobs_gated
+    WHERE state = {ready} AND limits IS NOT NULL
+    GROUP BY queue
+    UNION ALL
+    SELECT queue, count(*) FILTER (WHERE run_at <= :now), count(*) FILTER (WHERE run_at > :now),
+           0, 0, min(run_at) FILTER (WHERE run_at <= :now)
+    FROM jobs INDEXED BY jobs_state_queue
+    WHERE state = {scheduled}
+    GROUP BY queue
+    UNION ALL
+    SELECT queue, 0, 0, count(*) FILTER (WHERE state = {claimed}),
+           count(*) FILTER (WHERE state = {running}), NULL
+    FROM jobs INDEXED BY jobs_state_queue
+    WHERE state IN ({held})
+    GROUP BY queue
+)
+{fragment_depth_totals};
+
+-- name: queue_depths_of
+-- columns: queue, ready, scheduled, claimed, running, age_s
+-- queue_depths for the queues of :queues only (a JSON array), each read off its own index
+-- ranges; every one of them appears, with zeros when it has no unfinished job.
+WITH wanted(queue) AS (SELECT DISTINCT value FROM json_each(:queues)),
+parts(queue, ready, scheduled, claimed, running, oldest) AS (
+    SELECT queue, count(*), 0, 0, 0, min(run_at) FROM jobs INDEXED BY jobs_ready
+    WHERE state = {ready} AND limits IS NULL AND queue IN (SELECT queue FROM wanted)
+    GROUP BY queue
+    UNION ALL
+    SELECT queue, count(*), 0, 0, 0, min(run_at) FROM jobs INDEXED BY jobs_gated
+    WHERE state = {ready} AND limits IS NOT NULL AND queue IN (SELECT queue FROM wanted)
+    GROUP BY queue
+    UNION ALL
+    SELECT queue, count(*) FILTER (WHERE run_at <= :now), count(*) FILTER (WHERE run_at > :now),
+           0, 0, min(run_at) FILTER (WHERE run_at <= :now)
+    FROM jobs INDEXED BY jobs_state_queue
+    WHERE state = {scheduled} AND queue IN (SELECT queue FROM wanted)
+    GROUP BY queue
+    UNION ALL
+    SELECT queue, 0, 0, count(*) FILTER (WHERE state = {claimed}),
+           count(*) FILTER (WHERE state = {running}), NULL
+    FROM jobs INDEXED BY jobs_state_queue
+    WHERE state IN ({held}) AND queue IN (SELECT queue FROM wanted)
+    GROUP BY queue
+    UNION ALL
+    SELECT queue, 0, 0, 0, 0, NULL FROM wanted
+)
+{fragment_depth_totals};
+
+-- name: last_job_id
+-- columns: id
+SELECT coalesce(max(id), 0) AS id FROM jobs;
+
+-- name: arrivals
+-- columns: queue, jobs, last
+-- Jobs stored after :after, per queue: at most :scan of them, read in id order off the
+-- primary key (ids grow with each commit: one writer at a time).
+SELECT queue, count(*) AS jobs, max(id) AS last
+FROM (SELECT id, queue FROM jobs WHERE id > :after ORDER BY id LIMIT :scan)
+GROUP BY queue;

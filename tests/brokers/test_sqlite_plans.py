@@ -1,0 +1,89 @@
+"""The SQLite broker's signal reads (queue depths, arrivals), sampled by every worker every
+few seconds, never read a finished job: their plans scan only partial indexes of
+unfinished jobs, and otherwise seek (a range of state, or of the primary key)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluicegate.brokers.sqlite import SQLiteBroker
+from sluicegate.codec import encode_payload
+from sluicegate.job import JobSpec
+from sluicegate.limits import encode_needs
+from sluicegate.outcomes import Succeeded
+from sluicegate.testing import FakeClock
+
+UNFINISHED_ONLY = {"jobs_ready", "jobs_gated", "jobs_scheduled", "jobs_leased", "jobs_holding"}
+
+
+def spec(queue: str = "q", **options: Any) -> JobSpec:
+    args_json, kwargs_json = encode_payload("t", [], {})
+    return JobSpec(task="t", queue=queue, args_json=args_json, kwargs_json=kwargs_json, **options)
+
+
+@pytest.fixture
+def sqlite(tmp_path: Path) -> Iterator[SQLiteBroker]:
+    """A history of finished jobs and a few of every unfinished state, analysed."""
+    broker = SQLiteBroker(f"sqlite:///{tmp_path / 'jobs.db'}", clock=FakeClock())
+    broker.enqueue([spec() for _ in range(2000)])
+    claims = [c.claim for c in broker.claim(["q"], 2000, 30.0, "w")]
+    assert broker.record([], [Succeeded(c, "null") for c in claims]) == []
+    broker.enqueue([spec(), spec(queue="other"), spec(delay=60.0)])
+    broker.enqueue([spec(limits=encode_needs([("db", None, 1)]))])
+    broker.enqueue([spec(queue="held") for _ in range(2)])
+    broker.start(broker.claim(["held"], 2, 30.0, "w")[0].claim)
+    with broker._db.write() as conn:
+        conn.execute("ANALYZE")
+    yield broker
+    broker.close()
+
+
+def plan(broker: SQLiteBroker, name: str) -> list[str]:
+    params = {"now": broker._now(), "queues": '["q", "held"]', "after": 5, "scan": 100}
+    with broker._db.read() as conn:
+        rows = conn.execute("EXPLAIN QUERY PLAN " + broker._queries[name], params).fetchall()
+    return [row[3] for row in rows]
+
+
+@pytest.mark.parametrize("name", ["queue_depths", "queue_depths_of", "arrivals", "last_job_id"])
+def test_signal_reads_touch_no_finished_job(sqlite: SQLiteBroker, name: str) -> None:
+    lines = plan(sqlite, name)
+    reads = [ln for ln in lines if re.match(r"(SCAN|SEARCH) jobs\b", ln)]
+    assert reads, lines
+    for line in reads:
+        index = re.search(r"USING (?:COVERING )?INDEX (\w+)", line)
+        if line.startswith("SCAN"):
+            assert index is not None and index.group(1) in UNFINISHED_ONLY, lines
+        elif index is not None and index.group(1) not in UNFINISHED_ONLY:
+            assert "(state=?" in line, lines  # a range of one unfinished state at a time
+
+
+def test_depths_read_the_partial_indexes(sqlite: SQLiteBroker) -> None:
+    text = "\n".join(plan(sqlite, "queue_depths"))
+    assert "jobs_ready" in text and "jobs_gated" in text, text
+    assert "COVERING INDEX jobs_state_queue (state=?)" in text, text  # claimed and running
+
+
+@pytest.mark.parametrize("name", ["arrivals", "last_job_id"])
+def test_arrivals_read_the_primary_key(sqlite: SQLiteBroker, name: str) -> None:
+    lines = [ln for ln in plan(sqlite, name) if " jobs" in ln]
+    if name == "arrivals":
+        assert lines == ["SEARCH jobs USING INTEGER PRIMARY KEY (rowid>?)"], lines
+    else:
+        assert lines == ["SEARCH jobs"], lines  # max(id): the last key of the table's b-tree
+
+
+def test_the_plans_answer_as_the_broker_does(sqlite: SQLiteBroker) -> None:
+    depths = sqlite.queue_depths()
+    assert {q: (d.ready, d.scheduled, d.claimed, d.running) for q, d in depths.items()} == {
+        "q": (2, 1, 0, 0),
+        "other": (1, 0, 0, 0),
+        "held": (0, 0, 1, 1),
+    }
+    last, counts = sqlite.arrivals(2000)
+    assert counts == {"q": 3, "other": 1, "held": 2} and last == 2006
