@@ -6,14 +6,15 @@ schedule of one job every 5 ms for 8 s; the command reads only what the worker p
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from click.testing import CliRunner
 from sg_harness import wait_for
 
 from sluicegate import App
-from sluicegate.cli import main
 from sluicegate.worker import PoolSpec, Worker
 
 RATE = 200.0  # jobs/s
@@ -41,14 +42,16 @@ def test_size_from_observed_figures_finds_littles_law(
     published = worker.registry.latest
     wait_for(lambda: worker.registry.latest is not published, what="a publish after the last job")
 
-    out = CliRunner().invoke(
-        main, ["size", "--queue", "sized", "--window", "1m", "--json", "--broker", db_url]
-    )
-    assert out.exit_code == 0, out.output
-    result = json.loads(out.output)
+    result = json.loads(size(db_url, "--json"))
     assert abs(result["slots_exact"] - 4.0) <= 0.15 * 4.0, result
     assert abs(result["duration_s"] - DURATION) <= 0.15 * DURATION, result
-    text = CliRunner().invoke(
-        main, ["size", "--queue", "sized", "--window", "1m", "--broker", db_url]
-    )
-    assert text.exit_code == 0 and "Little's law" in text.output
+    assert "Little's law" in size(db_url)
+
+
+def size(url: str, *extra: str) -> str:
+    """`sluicegate size --queue sized --window 1m` from another process, as an operator would."""
+    command = [str(Path(sys.executable).parent / "sluicegate"), "size", "--queue", "sized"]
+    command += ["--window", "1m", "--broker", url, *extra]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout

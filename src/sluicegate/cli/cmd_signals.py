@@ -73,6 +73,10 @@ def stats(as_json: bool, broker_url: str | None) -> None:
         console.print(workers_table(data["workers"]))
 
 
+def _busy(pool: dict[str, Any]) -> str:
+    return "-" if pool["busy"] is None else str(pool["busy"])  # None: no snapshot yet
+
+
 def workers_table(rows: list[dict[str, Any]]) -> Table:
     table = Table("worker", "host", "pid", "status", "held", "pools", "up", "seen", title="workers")
     for w in rows:
@@ -83,7 +87,7 @@ def workers_table(rows: list[dict[str, Any]]) -> Table:
             str(w["pid"]),
             status,
             str(w["held"]),
-            " ".join(f"{p['name']} {p['busy']}/{p['slots']}" for p in w["pools"]),
+            " ".join(f"{p['name']} {_busy(p)}/{p['slots']}" for p in w["pools"]),
             age(w["uptime_s"]),
             f"{age(w['last_seen_age_s'])} ago",
         )

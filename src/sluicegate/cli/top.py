@@ -95,7 +95,10 @@ def _workers(view: dict[str, Any]) -> Table:
             status,
             str(w["held"]),
             age(w["last_seen_age_s"]),
-            " ".join(f"{p['name']}:{p['busy']}/{p['slots']}" for p in w["pools"])[:30],
+            " ".join(
+                f"{p['name']}:{p['busy'] if p['busy'] is not None else '-'}/{p['slots']}"
+                for p in w["pools"]
+            )[:30],
         )
     return table
 
