@@ -114,7 +114,8 @@ def test_broker_env_and_flag(workdir: Path, tmp_path: Path) -> None:
 def test_stats_json_shape(workdir: Path) -> None:
     run(workdir, "enqueue", "send_reset", "--queue", "email")
     data = json.loads(run(workdir, "stats", "--json").stdout)
-    assert set(data) == {"queues"}
+    # The keys stats has always printed are kept; the cluster view adds the rest.
+    assert set(data) == {"queues", "pools", "workers", "tasks", "limits", "hosts"}
     assert set(data["queues"]["email"]) == {
         "scheduled",
         "ready",
@@ -124,7 +125,14 @@ def test_stats_json_shape(workdir: Path) -> None:
         "dead",
         "cancelled",
         "oldest_ready_age_s",
+        "enqueue_rate",
+        "completion_rate",
+        "duration_p50_s",
+        "duration_p95_s",
     }
+    assert data["queues"]["email"]["ready"] == 1
+    assert data["queues"]["email"]["enqueue_rate"] is None  # no worker watches it
+    assert (data["pools"], data["workers"]) == ({}, [])
 
 
 def test_jobs_list_filters_and_json(workdir: Path) -> None:
