@@ -49,12 +49,19 @@ def migrate(broker_url: str | None) -> None:
 
 @click.command()
 @click.option("--quick", is_flag=True, help="A smaller run (fewer jobs), for a fast look.")
+@click.option(
+    "--keep-in",
+    metavar="DIR",
+    type=click.Path(file_okay=False, exists=True),
+    help="Keep each run's broker in DIR (shared.db, separate.db), so that "
+    "`sluicegate top --broker sqlite:///DIR/separate.db` can watch it.",
+)
 @friendly_errors
-def demo(quick: bool) -> None:
+def demo(quick: bool, keep_in: str | None) -> None:
     """The 09:00 video-platform scenario: one shared pool vs separate budgets per job class.
 
-    Runs on a temporary SQLite file; nothing is left behind.
+    Runs on temporary SQLite files; nothing is left behind unless --keep-in.
     """
     from ..demo import run_demo
 
-    run_demo(quick=quick)
+    run_demo(quick=quick, keep_in=keep_in)

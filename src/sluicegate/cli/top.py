@@ -36,9 +36,11 @@ def render(view: dict[str, Any], url: str) -> Group:
     live = sum(1 for w in view["workers"] if w["status"] == "live")
     head = Text.assemble(
         ("sluicegate top", "bold"),
-        f"  {url}  {time.strftime('%H:%M:%S')}  {live} worker(s) live   q: quit",
+        f"  {time.strftime('%H:%M:%S')}  {live} worker(s) live  q: quit\n",
+        (url[:80], "dim"),
     )
-    return Group(head, _queues(view), _pools(view), _workers(view))
+    gap = Text("")
+    return Group(head, gap, _queues(view), gap, _pools(view), gap, _workers(view))
 
 
 def _queues(view: dict[str, Any]) -> Table:
@@ -86,19 +88,20 @@ def _pools(view: dict[str, Any]) -> Table:
 
 def _workers(view: dict[str, Any]) -> Table:
     table = Table(
-        "worker", "status", "held", "seen", "pools", box=None, header_style="bold", pad_edge=False
-    )
+        "worker", "status", "held", "seen", "busy/slots", "up",
+        box=None, header_style="bold", pad_edge=False,
+    )  # fmt: skip
     for w in view["workers"]:
         status = w["status"] if w["healthy"] or w["status"] != "live" else "unhealthy"
+        busy = sum(p["busy"] or 0 for p in w["pools"])
+        slots = sum(p["slots"] for p in w["pools"])
         table.add_row(
-            w["id"][-22:],
+            w["id"][-24:],
             status,
             str(w["held"]),
             age(w["last_seen_age_s"]),
-            " ".join(
-                f"{p['name']}:{p['busy'] if p['busy'] is not None else '-'}/{p['slots']}"
-                for p in w["pools"]
-            )[:30],
+            f"{busy}/{slots} in {len(w['pools'])} pool(s)",
+            age(w["uptime_s"]),
         )
     return table
 

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from .measure import ClassStats, DemoResult, RunResult, percentile
 from .report import MODEL_NOTE, conclude, report
-from .run import run_scenario
+from .run import clear_kept, run_scenario
 from .scenario import (
     CLASSES,
     DEFAULT_SEED,
@@ -71,6 +71,8 @@ def run_demo(
         + ".\n"
     )
     runs = []
+    if keep_in:
+        clear_kept(keep_in, (SHARED, SEPARATE))
     for number, layout in enumerate((SHARED, SEPARATE), start=1):
         console.rule(f"run {number} of 2: {layout.label}")
         console.print(f"[dim]pools: {budget_text(layout.pools)}[/]", highlight=False)

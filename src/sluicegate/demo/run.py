@@ -48,14 +48,21 @@ def run_scenario(
     of ``s`` seconds hashes ``s / per_round`` MiB."""
     with tempfile.TemporaryDirectory(prefix="sluicegate-demo-") as folder:
         path = os.path.join(keep_in or folder, f"{layout.name}.db")
-        for leftover in (path, f"{path}-wal", f"{path}-shm"):
-            if keep_in and os.path.exists(leftover):
-                os.remove(leftover)  # a fresh file per run, as without --keep-in
         layout.app.use_broker(f"sqlite:///{path}")
         try:
             return _run(layout, schedule, per_round, console)
         finally:
             layout.app.close()
+
+
+def clear_kept(keep_in: str, layouts: Sequence[Layout]) -> None:
+    """Remove an earlier demo's files from KEEP_IN before any run starts (not per run:
+    a `top` may already be watching a file of a run still to come)."""
+    for layout in layouts:
+        path = os.path.join(keep_in, f"{layout.name}.db")
+        for leftover in (path, f"{path}-wal", f"{path}-shm"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
 
 
 def _background(
