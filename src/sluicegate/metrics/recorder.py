@@ -172,7 +172,7 @@ class WorkerMetrics:
         ``finished`` as ``busy_at_start``; the recorder keeps nothing per job, and the
         pool's busy count comes from ``busy_changed``."""
         self._task(task, queue).wait.observe(wait_s)
-        self._queue(queue).wait_w.observe(wait_s)
+        self._queue(queue).wait_w.observe(wait_s, self._clock())
 
     def finished(
         self,

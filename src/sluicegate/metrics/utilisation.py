@@ -39,6 +39,11 @@ class BusyTracker(Ring):
         """Add busy x time from the last change up to ``elapsed`` into the slots it spans
         (only the last SLOT_COUNT of them: older ones have left every window)."""
         since, first = self._since, self._head  # the head is the slot holding ``since``
+        if elapsed < self._head_end:  # the common case: the interval lies in the newest slot
+            if elapsed > since:
+                self._seconds[self._index] += self.busy * (elapsed - since)
+                self._since = elapsed
+            return
         self._slot(elapsed)  # resets the slots entered since
         busy = self.busy
         if busy and elapsed > since:

@@ -46,6 +46,8 @@ class Ring:
         self._start = clock() if start is None else start
         self._elapsed = 0.0  # the latest time seen, since start; it never goes back
         self._head = 0  # the absolute number of the newest slot reached
+        self._index = 0  # its place in the ring
+        self._head_end = SLOT_SECONDS  # where it ends (seconds since start)
 
     def _now(self, now: float | None) -> float:
         """Seconds since start at ``now`` (read from the clock when None). A time before
@@ -58,13 +60,17 @@ class Ring:
     def _slot(self, elapsed: float) -> int:
         """The ring index for ``elapsed``, after resetting the slots moved past since the
         last call (at most the whole ring, however long the gap)."""
+        if elapsed < self._head_end:  # the common case: still in the newest slot
+            return self._index
         k = int(elapsed // SLOT_SECONDS)
         head = self._head
         if k > head:
             for i in range(max(head + 1, k - SLOT_COUNT + 1), k + 1):
                 self._reset(i % SLOT_COUNT)
             self._head = k
-        return self._head % SLOT_COUNT
+            self._index = k % SLOT_COUNT
+            self._head_end = (k + 1) * SLOT_SECONDS
+        return self._index
 
     def _reset(self, index: int) -> None:
         raise NotImplementedError
