@@ -43,22 +43,24 @@ def stats(as_json: bool, broker_url: str | None) -> None:
         return
     console = Console()
     states = [s.value for s in JobState]
-    table = Table("queue", *states, "oldest", "in/s", "done/s", "p50", "p95", title="queues")
+    counts = compact("queue", *states, "oldest")
+    rates = compact("queue", "in/s", "done/s", "p50", "p95")
     for name, row in data["queues"].items():
-        table.add_row(
-            name,
-            *(str(row[s]) for s in states),
-            age(row["oldest_ready_age_s"]),
-            rate(row["enqueue_rate"]),
-            rate(row["completion_rate"]),
-            ms(row["duration_p50_s"]),
-            ms(row["duration_p95_s"]),
-        )
-    console.print(table)
+        counts.add_row(name, *(str(row[s]) for s in states), age(row["oldest_ready_age_s"]))
+        if row["completion_rate"] is not None:
+            rates.add_row(
+                name,
+                rate(row["enqueue_rate"]),
+                rate(row["completion_rate"]),
+                ms(row["duration_p50_s"]),
+                ms(row["duration_p95_s"]),
+            )
+    console.print(counts)
+    if rates.row_count:
+        console.print()
+        console.print(rates)
     if data["pools"]:
-        pools = Table(
-            "pool", "model", "workers", "busy/slots", "util 1m", "5m", "15m", title="pools"
-        )
+        pools = compact("pool", "model", "workers", "busy/slots", "util 1m", "5m", "15m")
         for name, p in sorted(data["pools"].items()):
             u = p["utilisation"]
             pools.add_row(
@@ -68,9 +70,29 @@ def stats(as_json: bool, broker_url: str | None) -> None:
                 f"{p['busy']}/{p['slots']}",
                 *(f"{100 * u[w]:.0f}%" for w in ("1m", "5m", "15m")),
             )
+        console.print()
         console.print(pools)
+        console.print()
+        console.print(concurrency_table(data["pools"]))
     if data["workers"]:
+        console.print()
         console.print(workers_table(data["workers"]))
+
+
+def compact(*columns: str) -> Table:
+    """A borderless table: the whole view fits an 80-column terminal."""
+    return Table(*columns, box=None, header_style="bold", pad_edge=False)
+
+
+def concurrency_table(pools: dict[str, Any]) -> Table:
+    """Mean job duration by how many of the pool's slots were busy when the job started:
+    if it grows with concurrency, more slots moved the pressure to a dependency."""
+    table = compact("pool", "busy at start", "jobs", "mean duration")
+    for name, pool in sorted(pools.items()):
+        for busy, b in sorted(pool["by_concurrency"].items(), key=lambda kv: int(kv[0])):
+            if b["count"]:
+                table.add_row(name, busy, str(b["count"]), ms(b["sum"] / b["count"]))
+    return table
 
 
 def _busy(pool: dict[str, Any]) -> str:
@@ -78,7 +100,7 @@ def _busy(pool: dict[str, Any]) -> str:
 
 
 def workers_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table("worker", "host", "pid", "status", "held", "pools", "up", "seen", title="workers")
+    table = compact("worker", "host", "pid", "status", "held", "pools", "up", "seen")
     for w in rows:
         status = w["status"] if w["healthy"] or w["status"] != "live" else "unhealthy"
         table.add_row(
