@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from sluicegate.brokers.base import QueueDepth, WorkerInfo, WorkerList, WorkerRecord
-from sluicegate.metrics import hist_math, sizing
+from sluicegate.metrics import histogram, sizing
 from sluicegate.metrics.cluster import fold
 from sluicegate.metrics.prometheus import SnapshotCollector, exposition
 from sluicegate.metrics.schema import (
@@ -237,27 +237,27 @@ def rows(*records: WorkerRecord) -> WorkerList:
 # ---- histogram arithmetic ---------------------------------------------------------------
 def test_quantile_interpolates_within_the_bucket() -> None:
     h = hist(0.02, times=10)  # all in (0.01, 0.025]
-    assert hist_math.quantile(h, 0.5) == pytest.approx(0.0175)
-    assert hist_math.quantile(h, 1.0) == pytest.approx(0.025)
-    assert hist_math.mean(h) == pytest.approx(0.02)
+    assert histogram.quantile(h, 0.5) == pytest.approx(0.0175)
+    assert histogram.quantile(h, 1.0) == pytest.approx(0.025)
+    assert histogram.mean(h) == pytest.approx(0.02)
 
 
 def test_quantile_spans_buckets_and_caps_the_overflow() -> None:
     h = hist(0.0005, 0.0005, 0.003, 5000.0)
-    assert hist_math.quantile(h, 0.25) == pytest.approx(0.0005)  # half way into (0, 0.001]
-    assert hist_math.quantile(h, 0.75) == pytest.approx(0.005)  # top of (0.0025, 0.005]
-    assert hist_math.quantile(h, 1.0) == BUCKETS[-1]  # unbounded: the highest bound
-    assert hist_math.quantile(hist(), 0.5) is None
-    assert hist_math.mean(hist()) is None
+    assert histogram.quantile(h, 0.25) == pytest.approx(0.0005)  # half way into (0, 0.001]
+    assert histogram.quantile(h, 0.75) == pytest.approx(0.005)  # top of (0.0025, 0.005]
+    assert histogram.quantile(h, 1.0) == BUCKETS[-1]  # unbounded: the highest bound
+    assert histogram.quantile(hist(), 0.5) is None
+    assert histogram.mean(hist()) is None
 
 
 def test_merge_adds_bucket_by_bucket() -> None:
-    merged = hist_math.merge(hist(0.02, times=3), hist(0.2, 0.02))
+    merged = histogram.merge(hist(0.02, times=3), hist(0.2, 0.02))
     assert merged["count"] == 5
     assert merged["sum"] == pytest.approx(0.28)
     assert merged["counts"] == hist(0.02, 0.02, 0.02, 0.02, 0.2)["counts"]
     with pytest.raises(ValueError, match="buckets"):
-        hist_math.merge(hist(), {"counts": [1], "count": 1, "sum": 1.0})
+        histogram.merge(hist(), {"counts": [1], "count": 1, "sum": 1.0})
 
 
 # ---- status and health ---------------------------------------------------------------

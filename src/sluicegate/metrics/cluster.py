@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import hist_math
+from . import histogram
 from .schema import WINDOWS, Bin, Hist, QueueFigures, QueueWindow, Snapshot, TaskFigures
 from .status import LIVE, LOST, STOPPED, current, health_of, snapshot_of, worker_status
 
@@ -75,8 +75,8 @@ def _queues(snaps: list[Snapshot], depths: dict[str, QueueDepth]) -> dict[str, A
     for name in sorted(names):
         watching = [snap["queues"][name] for snap in snaps if name in snap["queues"]]
         windows = windows_of(snaps, name, RATE_WINDOW)
-        duration = hist_math.merge_all(w["duration"] for w in windows)
-        wait = hist_math.merge_all(w["wait"] for w in windows)
+        duration = histogram.merge_all(w["duration"] for w in windows)
+        wait = histogram.merge_all(w["wait"] for w in windows)
         out[name] = {
             **_depth(depths.get(name), watching[0] if watching else None),
             # None: no live worker watches the queue, so nobody measures its rates.
@@ -84,9 +84,9 @@ def _queues(snaps: list[Snapshot], depths: dict[str, QueueDepth]) -> dict[str, A
             if watching
             else None,
             "completion_rate": sum(completion_rate(w) for w in windows) if watching else None,
-            "duration_p50_s": hist_math.quantile(duration, 0.5),
-            "duration_p95_s": hist_math.quantile(duration, 0.95),
-            "wait_p50_s": hist_math.quantile(wait, 0.5),
+            "duration_p50_s": histogram.quantile(duration, 0.5),
+            "duration_p95_s": histogram.quantile(duration, 0.95),
+            "wait_p50_s": histogram.quantile(wait, 0.5),
         }
     return out
 
@@ -172,18 +172,18 @@ def _tasks(snaps: list[Snapshot]) -> dict[str, Any]:
             sums = counters.setdefault(name, dict.fromkeys(TASK_COUNTERS, 0))
             for key, count in _task_counts(fig).items():
                 sums[key] += count
-            durations[name] = hist_math.merge(
-                durations.get(name, hist_math.empty()), fig["duration"]
+            durations[name] = histogram.merge(
+                durations.get(name, histogram.empty()), fig["duration"]
             )
-            waits[name] = hist_math.merge(waits.get(name, hist_math.empty()), fig["wait"])
+            waits[name] = histogram.merge(waits.get(name, histogram.empty()), fig["wait"])
             queues.setdefault(name, fig["queue"])
     return {
         name: {
             **counters[name],
-            "duration_p50_s": hist_math.quantile(durations[name], 0.5),
-            "duration_p95_s": hist_math.quantile(durations[name], 0.95),
-            "duration_mean_s": hist_math.mean(durations[name]),
-            "wait_p50_s": hist_math.quantile(waits[name], 0.5),
+            "duration_p50_s": histogram.quantile(durations[name], 0.5),
+            "duration_p95_s": histogram.quantile(durations[name], 0.95),
+            "duration_mean_s": histogram.mean(durations[name]),
+            "wait_p50_s": histogram.quantile(waits[name], 0.5),
             "queue": queues[name],
         }
         for name in sorted(counters)

@@ -8,7 +8,7 @@ seeing the raw values. Both work on the dict form (``schema.Hist``) that snapsho
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from .schema import BUCKETS, Hist
 
@@ -95,6 +95,19 @@ def merge(a: Hist, b: Hist) -> Hist:
         "count": a["count"] + b["count"],
         "sum": a["sum"] + b["sum"],
     }
+
+
+def merge_all(hists: Iterable[Hist]) -> Hist:
+    """One Hist holding every one of ``hists`` (the same figure from many workers)."""
+    out = empty()
+    for hist in hists:
+        out = merge(out, hist)
+    return out
+
+
+def mean(hist: Hist) -> float | None:
+    """Exact (the sum is kept exactly); None for an empty histogram."""
+    return hist["sum"] / hist["count"] if hist["count"] > 0 else None
 
 
 def quantile(hist: Hist, q: float) -> float | None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..limits import parse_rate as parse_limit_rate
-from . import hist_math
+from . import histogram
 from .cluster import arrival_rate, completion_rate, windows_of
 from .schema import WINDOW_SECONDS, WINDOWS, Bin
 from .status import current
@@ -182,8 +182,8 @@ def observed(
             f"no job arrived in queue {queue} in the last {window}: sized from completions "
             f"instead ({_num(rate)} jobs/s)"
         )
-    durations = hist_math.merge_all(w["duration"] for w in windows)
-    mean = hist_math.mean(durations)
+    durations = histogram.merge_all(w["duration"] for w in windows)
+    mean = histogram.mean(durations)
     if mean is None:
         raise ValueError(
             f"no job of queue {queue!r} finished on a live worker in the last {window}: "
@@ -197,8 +197,8 @@ def observed(
         rate=rate,
         duration_s=mean,
         target_utilisation=target,
-        duration_p50_s=hist_math.quantile(durations, 0.5),
-        duration_p95_s=hist_math.quantile(durations, 0.95),
+        duration_p50_s=histogram.quantile(durations, 0.5),
+        duration_p95_s=histogram.quantile(durations, 0.95),
         samples=durations["count"],
         queue=queue,
         window=window,
