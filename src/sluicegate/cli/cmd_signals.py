@@ -19,7 +19,7 @@ from ..job import JobState
 from ..metrics import sizing
 from ..metrics.cluster import fold
 from .common import broker_option, friendly_errors, open_app
-from .figures import age, ms, rate
+from .figures import age, ms, rate, status
 
 
 @click.command()
@@ -102,12 +102,11 @@ def _busy(pool: dict[str, Any]) -> str:
 def workers_table(rows: list[dict[str, Any]]) -> Table:
     table = compact("worker", "host", "pid", "status", "held", "pools", "up", "seen")
     for w in rows:
-        status = w["status"] if w["healthy"] or w["status"] != "live" else "unhealthy"
         table.add_row(
             w["id"],
             w["host"],
             str(w["pid"]),
-            status,
+            status(w),
             str(w["held"]),
             " ".join(f"{p['name']} {_busy(p)}/{p['slots']}" for p in w["pools"]),
             age(w["uptime_s"]),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def age(seconds: float | None) -> str:
     """0.4s, 12s, 3.5m, 2.0h, 3.1d: two or three significant characters."""
@@ -41,3 +43,11 @@ def bar(fraction: float, width: int = 10) -> str:
     """A utilisation bar: ▇▇▇▇▇▁▁▁▁▁ for 0.5 (clamped to 0..1)."""
     filled = round(max(0.0, min(1.0, fraction)) * width)
     return "\u2587" * filled + "\u2581" * (width - filled)
+
+
+def status(worker: dict[str, Any]) -> str:
+    """A worker's status as shown: a live worker that fails its health check reads
+    "unhealthy" (late, lost and stopped already say what is wrong)."""
+    if worker["status"] == "live" and not worker["healthy"]:
+        return "unhealthy"
+    return str(worker["status"])

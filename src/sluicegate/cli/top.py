@@ -23,7 +23,7 @@ from rich.text import Text
 from ..brokers import Broker
 from ..metrics.cluster import fold
 from .common import broker_option, friendly_errors, open_app
-from .figures import age, bar, ms, rate
+from .figures import age, bar, ms, rate, status
 
 
 def frame(broker: Broker) -> Group:
@@ -92,12 +92,11 @@ def _workers(view: dict[str, Any]) -> Table:
         box=None, header_style="bold", pad_edge=False,
     )  # fmt: skip
     for w in view["workers"]:
-        status = w["status"] if w["healthy"] or w["status"] != "live" else "unhealthy"
         busy = sum(p["busy"] or 0 for p in w["pools"])
         slots = sum(p["slots"] for p in w["pools"])
         table.add_row(
             w["id"][-24:],
-            status,
+            status(w),
             str(w["held"]),
             age(w["last_seen_age_s"]),
             f"{busy}/{slots} in {len(w['pools'])} pool(s)",
