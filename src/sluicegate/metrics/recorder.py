@@ -166,13 +166,15 @@ class WorkerMetrics:
         self._pools[pool].claimed += jobs
         self._claim_latency.observe(latency_s)
 
-    def started(self, pool: str, task: str, queue: str, wait_s: float, busy: int) -> None:
+    def started(
+        self, pool: str, task: str, queue: str, wait_s: float, busy: int, now: float | None = None
+    ) -> None:
         """A job's body began after waiting ``wait_s`` since it was ready. ``busy`` (the
         pool's busy slots, this job included) is for the caller to hand back to
         ``finished`` as ``busy_at_start``; the recorder keeps nothing per job, and the
         pool's busy count comes from ``busy_changed``."""
         self._task(task, queue).wait.observe(wait_s)
-        self._queue(queue).wait_w.observe(wait_s, self._clock())
+        self._queue(queue).wait_w.observe(wait_s, now)
 
     def finished(
         self,
@@ -183,8 +185,9 @@ class WorkerMetrics:
         outcome: str,
         busy_at_start: int,
         timed_out: bool = False,
+        now: float | None = None,
     ) -> None:
-        """An attempt ended: ``outcome`` is "succeeded", "retried" or "dead" (a timeout is
+        """An attempt ended (at ``now`` on the recorder's clock, or the clock's time): ``outcome`` is "succeeded", "retried" or "dead" (a timeout is
         also one of the last two, with ``timed_out``). Every attempt counts in the
         durations, since each held a slot; only succeeded and dead jobs are completed."""
         t = self._task(task, queue)
@@ -200,7 +203,8 @@ class WorkerMetrics:
         if timed_out:
             t.timed_out += 1
         t.duration.observe(duration_s)
-        now = self._clock()
+        if now is None:
+            now = self._clock()
         if outcome != "retried":
             q.completed += 1
             q.completed_w.add(1, now)
@@ -212,11 +216,11 @@ class WorkerMetrics:
         b.count += 1
         b.sum += duration_s
 
-    def busy_changed(self, pool: str, busy: int) -> None:
+    def busy_changed(self, pool: str, busy: int, now: float | None = None) -> None:
         """The pool's busy slots became ``busy`` (call on every change, up and down)."""
         p = self._pools[pool]
         p.busy = busy
-        p.tracker.change(busy)
+        p.tracker.change(busy, now)
 
     def tallies(
         self,

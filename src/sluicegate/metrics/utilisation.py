@@ -32,7 +32,13 @@ class BusyTracker(Ring):
 
     def change(self, busy_now: int, now: float | None = None) -> None:
         """The pool's busy count became ``busy_now`` (at ``now``, or the clock's time)."""
-        self._integrate(self._now(now))
+        elapsed = (self._clock() if now is None else now) - self._start
+        since = self._since
+        if since <= elapsed < self._head_end:  # the hot path: within the newest slot
+            self._seconds[self._index] += self.busy * (elapsed - since)
+            self._since = self._elapsed = elapsed
+        else:
+            self._integrate(self._now(now))
         self.busy = busy_now
 
     def _integrate(self, elapsed: float) -> None:

@@ -87,7 +87,12 @@ class CountWindow(Ring):
         self._slots[index] = 0
 
     def add(self, n: int = 1, now: float | None = None) -> None:
-        self._slots[self._slot(self._now(now))] += n
+        elapsed = (self._clock() if now is None else now) - self._start
+        if self._elapsed <= elapsed < self._head_end:  # the hot path: the newest slot
+            self._elapsed = elapsed
+            self._slots[self._index] += n
+        else:
+            self._slots[self._slot(self._now(now))] += n
 
     def totals(self, now: float | None = None) -> dict[str, tuple[int, float]]:
         """Per window: the events in it and the seconds it covers."""
@@ -112,7 +117,12 @@ class HistWindow(Ring):
         self._slots[index].clear()
 
     def observe(self, value: float, now: float | None = None) -> None:
-        self._slots[self._slot(self._now(now))].observe(value)
+        elapsed = (self._clock() if now is None else now) - self._start
+        if self._elapsed <= elapsed < self._head_end:  # the hot path: the newest slot
+            self._elapsed = elapsed
+            self._slots[self._index].observe(value)
+        else:
+            self._slots[self._slot(self._now(now))].observe(value)
 
     def totals(self, now: float | None = None) -> dict[str, tuple[Histogram, float]]:
         """Per window: a new histogram of the observations in it, and the seconds it covers."""

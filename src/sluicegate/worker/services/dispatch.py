@@ -142,7 +142,7 @@ class Dispatcher(Service):
         pool.busy[claim] = claimed
         flight.busy_at_start = busy = len(pool.busy)
         if self.metrics is not None:
-            self.metrics.busy_changed(pool.spec.name, busy)
+            self.metrics.busy_changed(pool.spec.name, busy, flight.claimed_at)
         self._executors[pool.spec.name].submit(pool.model.work_item(task, claimed))
 
     def due_in(self, now: float) -> float | None:
@@ -162,10 +162,11 @@ class Dispatcher(Service):
             flight = self.inflight.pop(claim, None) if slot_free else self.inflight.get(claim)
             if flight is None:
                 continue
+            now = time.monotonic()
             if slot_free:
                 flight.pool.busy.pop(claim, None)
                 if self.metrics is not None:
-                    self.metrics.busy_changed(flight.pool.spec.name, len(flight.pool.busy))
+                    self.metrics.busy_changed(flight.pool.spec.name, len(flight.pool.busy), now)
             counts = not flight.abandoned
             if isinstance(outcome, Settled):
                 self.results.settled(outcome)
@@ -174,7 +175,7 @@ class Dispatcher(Service):
                 if not slot_free:
                     self.counters.timed_out += 1
             if counts:
-                self._ended(flight, outcome, timed_out=not slot_free)
+                self._ended(flight, outcome, not slot_free, now)
             if not slot_free:
                 flight.abandoned = True  # the code's late return is not an outcome
 
@@ -186,18 +187,24 @@ class Dispatcher(Service):
         assert flight.started_at is not None
         flight.wait = max(0.0, claimed_at - job.run_at) + (flight.started_at - flight.claimed_at)
         if self.metrics is not None:
-            name = flight.pool.spec.name
-            self.metrics.started(name, job.task, job.queue, flight.wait, flight.busy_at_start)
+            self.metrics.started(
+                flight.pool.spec.name,
+                job.task,
+                job.queue,
+                flight.wait,
+                flight.busy_at_start,
+                flight.started_at,
+            )
 
-    def _ended(self, flight: InFlight, outcome: Report, timed_out: bool) -> None:
+    def _ended(self, flight: InFlight, outcome: Report, timed_out: bool, now: float) -> None:
         """The attempt's figures and its one log line."""
-        took = time.monotonic() - (flight.started_at or flight.claimed_at)
+        took = now - (flight.started_at or flight.claimed_at)
         name = outcome_name(outcome)
         job = flight.claimed.job
         pool = flight.pool.spec.name
         if self.metrics is not None and name != "lease_lost":
             self.metrics.finished(
-                pool, job.task, job.queue, took, name, flight.busy_at_start, timed_out=timed_out
+                pool, job.task, job.queue, took, name, flight.busy_at_start, timed_out, now
             )
         self.joblog.outcome(job, pool, name, took, flight.wait, timed_out)
 
