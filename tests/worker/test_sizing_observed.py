@@ -43,6 +43,10 @@ def test_size_from_observed_figures_finds_littles_law(
     wait_for(lambda: worker.registry.latest is not published, what="a publish after the last job")
 
     result = json.loads(size(db_url, "--json"))
+    print(  # the figures, for the record (pytest -s shows them)
+        f"\nsize --queue: {result['rate']:.1f} jobs/s x {result['duration_s'] * 1000:.2f} ms"
+        f" = {result['slots_exact']:.2f} slots (Little's law: 4.00)"
+    )
     assert abs(result["slots_exact"] - 4.0) <= 0.15 * 4.0, result
     assert abs(result["duration_s"] - DURATION) <= 0.15 * DURATION, result
     assert "Little's law" in size(db_url)
