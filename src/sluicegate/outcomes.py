@@ -28,6 +28,7 @@ class Retried:
     claim: Claim
     error: ErrorInfo
     retry_in: float
+    timed_out: bool = False  # the model stopped it at its deadline (a signal, not a state)
     event: ClassVar[Event] = Event.RETRY
 
 
@@ -37,6 +38,7 @@ class Buried:
 
     claim: Claim
     error: ErrorInfo
+    timed_out: bool = False
     event: ClassVar[Event] = Event.BURY
 
 

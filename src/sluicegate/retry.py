@@ -88,6 +88,7 @@ def failure(
     error: ErrorInfo,
     exc: BaseException | None = None,
     rand: Callable[[], float] = random.random,
+    timed_out: bool = False,
 ) -> Failed:
     """The outcome of a failed attempt: ``Retried`` with its backoff, or ``Buried``.
 
@@ -96,8 +97,8 @@ def failure(
     """
     retry_in = decide(policy, attempts, max_attempts, exc, rand)
     if retry_in is None:
-        return Buried(claim, error)
-    return Retried(claim, error, retry_in)
+        return Buried(claim, error, timed_out)
+    return Retried(claim, error, retry_in, timed_out)
 
 
 def _truncate(text: str, limit: int) -> str:

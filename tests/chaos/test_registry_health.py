@@ -86,6 +86,8 @@ def test_a_killed_process_is_shown_lost(fleet: Fleet) -> None:
     assert cli(fleet.url, "health", "--worker", row["id"]).returncode == 1
     table = cli(fleet.url, "workers")
     assert table.returncode == 0 and "lost" in table.stdout
+    recent = cli(fleet.url, "workers", "--json", "--gone-within", "1")
+    assert [w for w in json.loads(recent.stdout) if w["pid"] == worker.pid] == []
 
 
 def test_a_terminated_process_is_shown_stopped(fleet: Fleet) -> None:

@@ -60,13 +60,13 @@ def bucket_of(value: float) -> int:
 
 # ---- histograms ----------------------------------------------------------------------
 def test_buckets_follow_le_bounds() -> None:
-    h = hist_of([0.0, 0.001, 0.0011, 1800.0, 1800.5, -3.0])
+    h = hist_of([0.0, 0.001, 0.0011, 3600.0, 3600.5, -3.0])
     assert h.counts[0] == 3  # 0, the bound itself, and the negative read as 0
     assert h.counts[1] == 1
     assert h.counts[len(BUCKETS) - 1] == 1
     assert h.counts[len(BUCKETS)] == 1
     assert h.count == 6
-    assert h.sum == pytest.approx(0.001 + 0.0011 + 1800.0 + 1800.5)
+    assert h.sum == pytest.approx(0.001 + 0.0011 + 3600.0 + 3600.5)
 
 
 def test_nan_and_infinity_are_dropped() -> None:
@@ -77,15 +77,15 @@ def test_nan_and_infinity_are_dropped() -> None:
 
 
 def test_quantiles_on_known_data() -> None:
-    # Ten values in (0.1, 0.25], ten in (0.5, 1.0]: the median sits at the top of the first.
+    # Ten values in (0.16, 0.2], ten in (0.63, 0.8]: the median sits at the top of the first.
     h = hist_of([0.2] * 10 + [0.75] * 10)
-    assert h.quantile(0.5) == pytest.approx(0.25)
-    # Rank 15 is the fifth of ten in (0.5, 1.0]: half way through that bucket.
-    assert h.quantile(0.75) == pytest.approx(0.75)
-    # Rank 2 of the ten in (0.1, 0.25]: 0.1 + 0.15 x 2/10.
-    assert h.quantile(0.1) == pytest.approx(0.13)
-    assert h.quantile(1.0) == pytest.approx(1.0)
-    assert h.quantile(0.0) == pytest.approx(0.1)  # the lower bound of the first bucket used
+    assert h.quantile(0.5) == pytest.approx(0.2)
+    # Rank 15 is the fifth of ten in (0.63, 0.8]: half way through that bucket.
+    assert h.quantile(0.75) == pytest.approx(0.715)
+    # Rank 2 of the ten in (0.16, 0.2]: 0.16 + 0.04 x 2/10.
+    assert h.quantile(0.1) == pytest.approx(0.168)
+    assert h.quantile(1.0) == pytest.approx(0.8)
+    assert h.quantile(0.0) == pytest.approx(0.16)  # the lower bound of the first bucket used
     assert h.mean == pytest.approx((0.2 * 10 + 0.75 * 10) / 20)
 
 
@@ -418,7 +418,8 @@ def test_recorder_counts_a_scripted_sequence_exactly() -> None:
     snap = m.snapshot(HEALTH, held=0)
     send = snap["tasks"]["send"]
     assert (send["succeeded"], send["retried"], send["dead"]) == (1, 1, 1)
-    assert (send["failed"], send["timed_out"], send["queue"]) == (2, 1, "emails")
+    assert (send["failed"], send["timed_out"], send["queues"]) == (2, 1, ["emails"])
+    assert snap["queues"]["emails"]["failed"] == 2
     assert send["duration"]["count"] == 3
     assert send["duration"]["sum"] == pytest.approx(6.0)
     assert send["wait"]["count"] == 3

@@ -130,6 +130,8 @@ def test_figures_match_ground_truth(
     assert q["work"]["enqueued"] == N_SLEEPY + N_FLAKY
     assert q["work"]["completed"] == N_SLEEPY + N_FLAKY  # succeeded or dead
     assert q["slow"]["completed"] == N_SLOW
+    assert (q["work"]["failed"], q["slow"]["failed"]) == (2 * N_FLAKY, N_SLOW)
+    assert t["sleepy"]["queues"] == ["work"]
     assert (q["parked"]["ready"], q["parked"]["scheduled"]) == (1, 1)
     assert q["parked"]["claimed"] + q["parked"]["running"] == 1
     assert q["work"]["ready"] == 0 and q["work"]["running"] == 0
@@ -182,9 +184,9 @@ def test_figures_match_ground_truth(
     def sample(name: str, **labels: str) -> float:
         return samples[(name, tuple(sorted(labels.items())))]
 
-    ok = {"task": "sleepy", "queue": "work", "outcome": "succeeded"}
-    assert sample("sluicegate_jobs_total", **ok) == N_SLEEPY
-    assert sample("sluicegate_job_duration_seconds_count", task="sleepy", queue="work") == N_SLEEPY
+    assert sample("sluicegate_jobs_total", task="sleepy", outcome="succeeded") == N_SLEEPY
+    assert sample("sluicegate_job_duration_seconds_count", task="sleepy") == N_SLEEPY
+    assert sample("sluicegate_queue_failed_total", queue="work") == 2 * N_FLAKY
     assert sample("sluicegate_pool_slots", pool="work", model="thread") == 2
     assert sample("sluicegate_queue_ready_jobs", queue="parked") == 1
     health = json.loads(urllib.request.urlopen(f"{base}/healthz", timeout=5).read())

@@ -344,7 +344,10 @@ class Broker(ABC):
 
     @abstractmethod
     def list_workers(self, gone_within: float = 3600.0) -> WorkerList:
-        """Workers not stopped, and those stopped or last seen within ``gone_within`` s."""
+        """Workers not stopped (live ones, and those gone without a word, until their rows
+        are forgotten), and those stopped or last seen within ``gone_within`` s. Telling
+        live from lost is the reader's (``sluicegate.metrics.status``): it knows each
+        worker's heartbeat interval."""
 
     @abstractmethod
     def queue_depths(self, queues: Sequence[str] | None = None) -> dict[str, QueueDepth]:

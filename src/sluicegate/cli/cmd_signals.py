@@ -129,10 +129,17 @@ def workers_table(rows: list[dict[str, Any]]) -> Table:
 def workers(as_json: bool, gone_within: float, broker_url: str | None) -> None:
     """Live workers, and those gone recently: stopped (gracefully) or lost (no word)."""
     view = fold(open_app(broker_url).broker.list_workers(gone_within))
+    # Gone: stopped or lost, for as long as the last heartbeat is old (a stopping worker's
+    # last publish is its stop).
+    rows = [
+        w
+        for w in view["workers"]
+        if w["status"] in ("live", "late") or w["last_seen_age_s"] <= gone_within
+    ]
     if as_json:
-        click.echo(json.dumps(view["workers"], indent=2))
+        click.echo(json.dumps(rows, indent=2))
         return
-    Console().print(workers_table(view["workers"]))
+    Console().print(workers_table(rows))
 
 
 @click.command()
@@ -168,10 +175,9 @@ def health(worker_id: str, as_json: bool, broker_url: str | None) -> None:
 @click.option("--queue", help="Size from what the workers observed for this queue.")
 @click.option(
     "--window",
-    default="15m",
-    show_default=True,
+    default=None,
     type=click.Choice(["1m", "5m", "15m"]),
-    help="With --queue: the window of observed figures.",
+    help="With --queue: the window of observed figures. [default: 15m]",
 )
 @click.option(
     "--target",
@@ -187,7 +193,7 @@ def size(
     rate_text: str | None,
     duration_text: str | None,
     queue: str | None,
-    window: str,
+    window: str | None,
     target: float,
     as_json: bool,
     broker_url: str | None,
@@ -204,10 +210,12 @@ def size(
                 raise ConfigError("give --queue, or --rate and --duration, not both")
             broker = open_app(broker_url).broker
             listed = broker.list_workers()
-            result = sizing.observed(fold(listed), listed, queue, window, target)
+            result = sizing.observed(fold(listed), listed, queue, window or "15m", target)
         else:
             if not (rate_text and duration_text):
                 raise ConfigError("give --rate and --duration (or --queue to use observed figures)")
+            if window is not None:
+                raise ConfigError("--window goes with --queue (observed figures), not --rate")
             result = sizing.declared(
                 sizing.parse_rate(rate_text), sizing.parse_duration(duration_text), target
             )

@@ -13,6 +13,7 @@ from rich.table import Table
 from ..errors import ConfigError
 from ..logs import FORMATS, configure_logging
 from ..worker import Worker, parse_pool_spec
+from ..worker.health import STALL_AFTER
 from ..worker.pool import DEFAULT_POOL, SPEC_FORMAT
 from ..worker.routing import model_mismatch, pools_for
 from ..worker.services.registry import PUBLISH_INTERVAL
@@ -95,6 +96,14 @@ from .common import (
     help="Seconds between registry heartbeats, each carrying this worker's metrics snapshot.",
 )
 @click.option(
+    "--stall-after",
+    type=click.FloatRange(min=0.1),
+    default=STALL_AFTER,
+    show_default=True,
+    help="Seconds a pool with free slots and ready work may go without trying to claim "
+    "before the health check calls the worker unhealthy.",
+)
+@click.option(
     "--no-metrics",
     is_flag=True,
     help="Keep no per-job figures (durations, waits, utilisation); the registry heartbeat "
@@ -118,6 +127,7 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     publish_interval: float,
+    stall_after: float,
     no_metrics: bool,
     broker_url: str | None,
 ) -> None:
@@ -161,6 +171,7 @@ def worker(
         metrics_port=metrics_port,
         metrics_host=metrics_host,
         publish_interval=publish_interval,
+        stall_after=stall_after,
     )
     runner.install_signal_handlers()
     runner.run()

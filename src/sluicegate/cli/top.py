@@ -44,9 +44,6 @@ def render(view: dict[str, Any], url: str) -> Group:
 
 
 def _queues(view: dict[str, Any]) -> Table:
-    failed: dict[str, int] = {}
-    for task in view["tasks"].values():
-        failed[task["queue"]] = failed.get(task["queue"], 0) + task["failed"]
     table = Table(
         "queue", "ready", "sched", "run", "oldest", "in/s", "done/s", "p50", "p95", "fail",
         box=None, header_style="bold", pad_edge=False,
@@ -62,7 +59,7 @@ def _queues(view: dict[str, Any]) -> Table:
             rate(q["completion_rate"]),
             ms(q["duration_p50_s"]),
             ms(q["duration_p95_s"]),
-            str(failed.get(name, 0)),
+            "-" if q["failed"] is None else str(q["failed"]),
         )
     return table
 

@@ -84,6 +84,8 @@ def _queues(snaps: list[Snapshot], depths: dict[str, QueueDepth]) -> dict[str, A
             if watching
             else None,
             "completion_rate": sum(completion_rate(w) for w in windows) if watching else None,
+            # Failed attempts counted by the live workers since they started.
+            "failed": sum(q["failed"] for q in watching) if watching else None,
             "duration_p50_s": histogram.quantile(duration, 0.5),
             "duration_p95_s": histogram.quantile(duration, 0.95),
             "wait_p50_s": histogram.quantile(wait, 0.5),
@@ -166,8 +168,8 @@ def _tasks(snaps: list[Snapshot]) -> dict[str, Any]:
     counters: dict[str, dict[str, int]] = {}
     durations: dict[str, Hist] = {}
     waits: dict[str, Hist] = {}
-    queues: dict[str, str] = {}
-    for snap in snaps:  # freshest first: the freshest says which queue a task came from
+    queues: dict[str, set[str]] = {}
+    for snap in snaps:
         for name, fig in snap["tasks"].items():
             sums = counters.setdefault(name, dict.fromkeys(TASK_COUNTERS, 0))
             for key, count in _task_counts(fig).items():
@@ -176,7 +178,7 @@ def _tasks(snaps: list[Snapshot]) -> dict[str, Any]:
                 durations.get(name, histogram.empty()), fig["duration"]
             )
             waits[name] = histogram.merge(waits.get(name, histogram.empty()), fig["wait"])
-            queues.setdefault(name, fig["queue"])
+            queues.setdefault(name, set()).update(fig["queues"])
     return {
         name: {
             **counters[name],
@@ -184,7 +186,7 @@ def _tasks(snaps: list[Snapshot]) -> dict[str, Any]:
             "duration_p95_s": histogram.quantile(durations[name], 0.95),
             "duration_mean_s": histogram.mean(durations[name]),
             "wait_p50_s": histogram.quantile(waits[name], 0.5),
-            "queue": queues[name],
+            "queues": sorted(queues[name]),
         }
         for name in sorted(counters)
     }

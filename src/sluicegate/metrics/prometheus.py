@@ -122,6 +122,12 @@ def _queue_families(snap: Snapshot) -> Iterator[Metric]:
         ("queue",),
         [((name,), float(q["completed"])) for name, q in queues],
     )
+    yield _counter(
+        "sluicegate_queue_failed_total",
+        "Failed attempts of the queue's jobs on this worker (retried or dead, timeouts included).",
+        ("queue",),
+        [((name,), float(q["failed"])) for name, q in queues],
+    )
 
 
 def _pool_families(snap: Snapshot) -> Iterator[Metric]:
@@ -172,26 +178,24 @@ def _task_families(snap: Snapshot) -> Iterator[Metric]:
     duration = HistogramMetricFamily(
         "sluicegate_job_duration_seconds",
         "Duration of attempts that ended (any outcome).",
-        labels=("task", "queue"),
+        labels=("task",),
     )
     wait = HistogramMetricFamily(
         "sluicegate_job_wait_seconds",
         "From ready (run_at) to the start of the body.",
-        labels=("task", "queue"),
+        labels=("task",),
     )
     for name, t in tasks:
-        duration.add_metric(
-            (name, t["queue"]), histogram_buckets(t["duration"]), t["duration"]["sum"]
-        )
-        wait.add_metric((name, t["queue"]), histogram_buckets(t["wait"]), t["wait"]["sum"])
+        duration.add_metric((name,), histogram_buckets(t["duration"]), t["duration"]["sum"])
+        wait.add_metric((name,), histogram_buckets(t["wait"]), t["wait"]["sum"])
     yield duration
     yield wait
     yield _counter(
         "sluicegate_jobs_total",
         "Attempts that ended, by outcome (retried and dead attempts failed).",
-        ("task", "queue", "outcome"),
+        ("task", "outcome"),
         [
-            ((name, t["queue"], outcome), float(count))
+            ((name, outcome), float(count))
             for name, t in tasks
             for outcome, count in (
                 ("succeeded", t["succeeded"]),

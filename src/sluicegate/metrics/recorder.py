@@ -56,6 +56,7 @@ class _Queue:
         "duration_w",
         "enqueued",
         "enqueued_w",
+        "failed",
         "oldest_ready_age_s",
         "ready",
         "running",
@@ -66,7 +67,7 @@ class _Queue:
     def __init__(self, clock: Clock, start: float) -> None:
         self.ready = self.scheduled = self.claimed = self.running = 0
         self.oldest_ready_age_s = 0.0
-        self.enqueued = self.completed = 0
+        self.enqueued = self.completed = self.failed = 0
         self.enqueued_w = CountWindow(clock, start)
         self.completed_w = CountWindow(clock, start)
         self.duration_w = HistWindow(clock, start)
@@ -97,10 +98,10 @@ class _Bin:
 
 
 class _Task:
-    __slots__ = ("dead", "duration", "queue", "retried", "succeeded", "timed_out", "wait")
+    __slots__ = ("dead", "duration", "queues", "retried", "succeeded", "timed_out", "wait")
 
-    def __init__(self, queue: str) -> None:
-        self.queue = queue
+    def __init__(self) -> None:
+        self.queues: set[str] = set()
         self.succeeded = self.retried = self.dead = self.timed_out = 0
         self.duration = Histogram()
         self.wait = Histogram()
@@ -155,9 +156,8 @@ class WorkerMetrics:
     def _task(self, name: str, queue: str) -> _Task:
         task = self._tasks.get(name)
         if task is None:
-            task = self._tasks[name] = _Task(queue)
-        else:
-            task.queue = queue
+            task = self._tasks[name] = _Task()
+        task.queues.add(queue)
         return task
 
     # ---- the hot path --------------------------------------------------
@@ -202,6 +202,8 @@ class WorkerMetrics:
             raise ValueError(f"unknown outcome {outcome!r}; expected one of {OUTCOMES}")
         if timed_out:
             t.timed_out += 1
+        if outcome != "succeeded":
+            q.failed += 1
         t.duration.observe(duration_s)
         if now is None:
             now = self._clock()
@@ -330,6 +332,7 @@ def _queue_figures(q: _Queue, now: float) -> QueueFigures:
         "oldest_ready_age_s": q.oldest_ready_age_s,
         "enqueued": q.enqueued,
         "completed": q.completed,
+        "failed": q.failed,
         "recent": recent,
     }
 
@@ -351,7 +354,7 @@ def _pool_figures(p: _Pool, now: float) -> PoolFigures:
 
 def _task_figures(t: _Task) -> TaskFigures:
     return {
-        "queue": t.queue,
+        "queues": sorted(t.queues),
         "succeeded": t.succeeded,
         "failed": t.retried + t.dead,
         "retried": t.retried,

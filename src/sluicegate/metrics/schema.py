@@ -16,11 +16,13 @@ VERSION = 1
 WINDOWS: tuple[Literal["1m"], Literal["5m"], Literal["15m"]] = ("1m", "5m", "15m")
 WINDOW_SECONDS = {"1m": 60.0, "5m": 300.0, "15m": 900.0}
 
-# Upper bounds (s) of the histogram buckets; a last, unbounded bucket follows.
-BUCKETS: tuple[float, ...] = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
-)  # fmt: skip
+# Upper bounds (s) of the histogram buckets; a last, unbounded bucket follows. Ten per
+# decade (the R10 series: 1, 1.25, 1.6, 2, 2.5, 3.15, 4, 5, 6.3, 8) from 1 ms to an hour,
+# so an estimated quantile is within about 12% of the truth wherever it falls.
+_R10 = (1.0, 1.25, 1.6, 2.0, 2.5, 3.15, 4.0, 5.0, 6.3, 8.0)
+BUCKETS: tuple[float, ...] = tuple(
+    round(step * 10.0**exponent, 6) for exponent in range(-3, 3) for step in _R10
+) + (1000.0, 1250.0, 1600.0, 2000.0, 2500.0, 3150.0, 3600.0)
 
 
 class Hist(TypedDict):
@@ -49,6 +51,7 @@ class QueueFigures(TypedDict):
     oldest_ready_age_s: float
     enqueued: int  # stored in the queue since this worker started watching it
     completed: int  # finished here since start
+    failed: int  # failed attempts here since start (retried or dead; timeouts included)
     recent: dict[str, QueueWindow]  # by WINDOWS
 
 
@@ -70,7 +73,7 @@ class PoolFigures(TypedDict):
 
 
 class TaskFigures(TypedDict):
-    queue: str  # the queue its jobs last came from
+    queues: list[str]  # the queues its jobs came from (per-queue figures are in QueueFigures)
     succeeded: int
     failed: int  # failed attempts: retried + dead (a timeout is a failed attempt too)
     retried: int

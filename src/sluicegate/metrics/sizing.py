@@ -19,6 +19,7 @@ from . import histogram
 from .cluster import arrival_rate, completion_rate, windows_of
 from .schema import WINDOW_SECONDS, WINDOWS, Bin
 from .status import current
+from .windows import SLOT_SECONDS
 
 if TYPE_CHECKING:
     from ..brokers.base import WorkerList
@@ -169,7 +170,9 @@ def observed(
         )
     notes = []
     covered = max(w["seconds"] for w in windows)
-    if covered < 0.9 * WINDOW_SECONDS[window]:
+    # A window sums whole 10 s slots, so a full one covers between window - 10 s and the
+    # window; shorter than that, the workers have not been up for the whole window.
+    if covered < WINDOW_SECONDS[window] - SLOT_SECONDS - 0.5:
         notes.append(
             f"the figures cover only the last {covered:.0f} s (the workers' uptime), not {window}"
         )

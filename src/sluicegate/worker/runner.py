@@ -84,7 +84,7 @@ def failed(policy: RetryPolicy, claimed: ClaimedJob, exc: BaseException) -> Fail
 def timed_out(policy: RetryPolicy, claimed: ClaimedJob, seconds: float) -> Failed:
     job = claimed.job
     error = plain_error("TimeoutError", f"timed out after {seconds:g} s")
-    return failure(policy, claimed.claim, job.attempts, job.max_attempts, error)
+    return failure(policy, claimed.claim, job.attempts, job.max_attempts, error, timed_out=True)
 
 
 def refused(claimed: ClaimedJob, kind: str, message: str) -> Buried:

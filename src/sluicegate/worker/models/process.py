@@ -313,9 +313,11 @@ class ProcessExecutor:
             timeout = child.item.timeout if child.item else 0
             child.process.kill()
             child.process.join(timeout=2)
-            self._replace(child, f"timed out after {timeout:g} s", "TimeoutError")
+            self._replace(child, f"timed out after {timeout:g} s", "TimeoutError", timed_out=True)
 
-    def _replace(self, child: Child, reason: str, kind: str = "ChildProcessError") -> None:
+    def _replace(
+        self, child: Child, reason: str, kind: str = "ChildProcessError", timed_out: bool = False
+    ) -> None:
         """Fail the child's job (if any) with ``kind``: ``reason``, then start a fresh child."""
         with self._lock:
             if child not in self._children:
@@ -326,7 +328,12 @@ class ProcessExecutor:
             job = item.claimed.job
             error = plain_error(kind, reason)
             outcome = failure(
-                item.policy, item.claimed.claim, job.attempts, job.max_attempts, error
+                item.policy,
+                item.claimed.claim,
+                job.attempts,
+                job.max_attempts,
+                error,
+                timed_out=timed_out,
             )
             self._finish(item, outcome)
             log.warning("pool %s: job %s (%s) failed: %s", self.name, job.id, job.task, reason)

@@ -11,14 +11,14 @@ from __future__ import annotations
 import collections
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...brokers import Broker
 from ...job import Claim, ClaimedJob
 from ...loading import app_path
-from ...outcomes import Buried, Report, Retried, Settled
+from ...outcomes import Buried, Failed, Outcome, Report, Retried, Settled
 from ..executors import Executor, WorkItem
 from ..models import PoolContext
 from ..pool import PoolState
@@ -31,6 +31,18 @@ from .results import ResultWriter
 if TYPE_CHECKING:
     from ...app import App
     from ...metrics.recorder import WorkerMetrics
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """An attempt's figures, held until the broker accepts its outcome: one whose lease
+    was lost meanwhile never counts (another worker's attempt does)."""
+
+    flight: InFlight
+    outcome: str
+    took: float
+    timed_out: bool
+    now: float
 
 
 @dataclass(slots=True)
@@ -88,7 +100,9 @@ class Dispatcher(Service):
         # Signals: None runs no per-job bookkeeping at all (Worker(metrics=False)).
         self.metrics = metrics
         self._began: collections.deque[InFlight] = collections.deque()  # bodies begun
+        self._unwritten: dict[Claim, Ended] = {}  # figures of outcomes not yet written
         self.joblog = JobLog()
+        results.on_written = self.written
 
     # ---- executors -------------------------------------------------------------------
     def start(self) -> None:
@@ -168,14 +182,17 @@ class Dispatcher(Service):
                 if self.metrics is not None:
                     self.metrics.busy_changed(flight.pool.spec.name, len(flight.pool.busy), now)
             counts = not flight.abandoned
+            # A deadline: the thread model reports it with the slot still busy; the async
+            # and process models end the attempt and say so in the outcome.
+            timed_out = not slot_free or (isinstance(outcome, Failed) and outcome.timed_out)
             if isinstance(outcome, Settled):
                 self.results.settled(outcome)
             elif counts:
                 self.results.add(outcome, body_ended=slot_free)
-                if not slot_free:
+                if timed_out:
                     self.counters.timed_out += 1
             if counts:
-                self._ended(flight, outcome, not slot_free, now)
+                self._ended(flight, outcome, timed_out, now)
             if not slot_free:
                 flight.abandoned = True  # the code's late return is not an outcome
 
@@ -197,16 +214,38 @@ class Dispatcher(Service):
             )
 
     def _ended(self, flight: InFlight, outcome: Report, timed_out: bool, now: float) -> None:
-        """The attempt's figures and its one log line."""
+        """The attempt's figures and its one log line, once its outcome is written (a
+        transactional task's is already committed; one found lost counts for nothing)."""
         took = now - (flight.started_at or flight.claimed_at)
-        name = outcome_name(outcome)
+        ended = Ended(flight, outcome_name(outcome), took, timed_out, now)
+        if not isinstance(outcome, Settled):
+            self._unwritten[flight.claimed.claim] = ended
+        elif not outcome.lease_lost:
+            self._count(ended)
+
+    def written(self, outcomes: Sequence[Outcome], lost: set[Claim]) -> None:
+        """The result writer recorded these outcomes; the broker refused those in ``lost``."""
+        for outcome in outcomes:
+            ended = self._unwritten.pop(outcome.claim, None)
+            if ended is not None and outcome.claim not in lost:
+                self._count(ended)
+
+    def _count(self, ended: Ended) -> None:
+        flight = ended.flight
         job = flight.claimed.job
         pool = flight.pool.spec.name
-        if self.metrics is not None and name != "lease_lost":
+        if self.metrics is not None:
             self.metrics.finished(
-                pool, job.task, job.queue, took, name, flight.busy_at_start, timed_out, now
+                pool,
+                job.task,
+                job.queue,
+                ended.took,
+                ended.outcome,
+                flight.busy_at_start,
+                ended.timed_out,
+                ended.now,
             )
-        self.joblog.outcome(job, pool, name, took, flight.wait, timed_out)
+        self.joblog.outcome(job, pool, ended.outcome, ended.took, flight.wait, ended.timed_out)
 
     # ---- what is in flight -----------------------------------------------------------
     def abandon(self, claim: Claim) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ...brokers import Broker
 from ...job import Claim, Event
@@ -43,6 +43,8 @@ class ResultWriter(Service):
         self._limited: set[Claim] = set()  # held claims of jobs that name limits
         self._ended: set[Claim] = set()  # of those, bodies ended, outcomes not yet written
         self.on_tokens_freed: Callable[[], None] | None = None  # wakes this worker's claimers
+        # Told what each write recorded and which of it the broker refused (signals).
+        self.on_written: Callable[[Sequence[Outcome], set[Claim]], None] | None = None
         self._rung_at = -RING_INTERVAL  # when other workers were last woken (monotonic)
         self._ring_at: float | None = None  # a wake-up of other workers is owed by then
 
@@ -166,6 +168,8 @@ class ResultWriter(Service):
         if self._limited:  # nothing to do, and no list to build, for jobs without limits
             self._free_tokens([*(o.claim for o in outcomes), *lost])
         lost_set = set(lost)
+        if self.on_written is not None:
+            self.on_written(outcomes, lost_set)
         for outcome in outcomes:
             if outcome.claim in lost_set:
                 continue
