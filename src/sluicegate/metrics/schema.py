@@ -20,9 +20,10 @@ WINDOW_SECONDS = {"1m": 60.0, "5m": 300.0, "15m": 900.0}
 # decade (the R10 series: 1, 1.25, 1.6, 2, 2.5, 3.15, 4, 5, 6.3, 8) from 1 ms to an hour,
 # so an estimated quantile is within about 12% of the truth wherever it falls.
 _R10 = (1.0, 1.25, 1.6, 2.0, 2.5, 3.15, 4.0, 5.0, 6.3, 8.0)
-BUCKETS: tuple[float, ...] = tuple(
-    round(step * 10.0**exponent, 6) for exponent in range(-3, 3) for step in _R10
-) + (1000.0, 1250.0, 1600.0, 2000.0, 2500.0, 3150.0, 3600.0)
+BUCKETS: tuple[float, ...] = (
+    *(round(step * 10.0**exponent, 6) for exponent in range(-3, 3) for step in _R10),
+    *(1000.0, 1250.0, 1600.0, 2000.0, 2500.0, 3150.0, 3600.0),
+)
 
 
 class Hist(TypedDict):
