@@ -74,9 +74,48 @@ def stats(as_json: bool, broker_url: str | None) -> None:
         console.print(pools)
         console.print()
         console.print(concurrency_table(data["pools"]))
+    for table in (tasks_table(data["tasks"]), limits_table(data["limits"])):
+        if table.row_count:
+            console.print()
+            console.print(table)
     if data["workers"]:
         console.print()
         console.print(workers_table(data["workers"]))
+    for host, h in sorted(data["hosts"].items()):
+        iowait = "-" if h["iowait_percent"] is None else f"{h['iowait_percent']:.0f}%"
+        console.print(
+            f"host {host}: CPU {h['cpu_percent']:.0f}% of {h['cpus']}, I/O wait {iowait}, "
+            f"load {h['load1']:.2f} {h['load5']:.2f} {h['load15']:.2f}",
+            highlight=False,
+        )
+
+
+def tasks_table(tasks: dict[str, Any]) -> Table:
+    """Per task over the live workers' lifetimes: outcomes, and duration and wait."""
+    table = compact("task", "ok", "failed", "retried", "timeout", "dead", "p50", "p95", "wait")
+    for name, t in sorted(tasks.items()):
+        table.add_row(
+            name,
+            *(str(t[k]) for k in ("succeeded", "failed", "retried", "timed_out", "dead")),
+            ms(t["duration_p50_s"]),
+            ms(t["duration_p95_s"]),
+            ms(t["wait_p50_s"]),
+        )
+    return table
+
+
+def limits_table(limits: dict[str, Any]) -> Table:
+    table = compact("limit", "concurrency", "rate", "in use", "waiting", "oldest wait")
+    for name, lim in sorted(limits.items()):
+        table.add_row(
+            name,
+            "-" if lim["concurrency"] is None else str(lim["concurrency"]),
+            lim["rate"] or "-",
+            str(lim["in_use"]),
+            str(lim["waiting"]),
+            age(lim["oldest_wait_s"]),
+        )
+    return table
 
 
 def compact(*columns: str) -> Table:
