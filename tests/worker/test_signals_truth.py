@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import sg_brokers
 from prometheus_client.parser import text_string_to_metric_families
 from sg_harness import wait_for
 
@@ -25,6 +26,8 @@ from sluicegate import App, Job
 from sluicegate.context import current_job
 from sluicegate.metrics.cluster import fold
 from sluicegate.worker import PoolSpec, Worker
+
+pytestmark = sg_brokers.over_brokers
 
 SLEEP = 0.05  # s, each "sleepy" job
 N_SLEEPY = 20
@@ -34,7 +37,8 @@ INTERVAL = 0.2  # s between registry publishes
 
 
 class Truth:
-    """What the tasks saw, on the wall clock (the SQLite broker's clock too)."""
+    """What the tasks saw, on the wall clock (the broker's clock too: SQLite reads this
+    machine's, and the PostgreSQL server runs on this machine)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
