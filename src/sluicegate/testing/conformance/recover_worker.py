@@ -4,6 +4,7 @@ process go, so its claims come back at once, leases unexpired, attempts charged.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -153,6 +154,9 @@ class TestRecoverWorker:
         fired = [threading.Event() for _ in watchers]
         unsubscribe = [w.subscribe(f.set) for w, f in zip(watchers, fired, strict=True)]
         try:
+            deadline = time.monotonic() + 5  # until each watches (a doorbell bound, LISTEN)
+            while not all(w.wakeups_healthy() for w in watchers) and time.monotonic() < deadline:
+                time.sleep(0.01)
             broker.recover_worker("w-dead")
             for event in fired:
                 assert event.wait(5)
