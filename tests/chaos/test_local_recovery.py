@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import chaosapp
+import pytest
 from sg_brokers import over_brokers
 from sg_harness import Fleet, WorkerProcess, enqueue_batch, held_by, wait_for
 
@@ -30,17 +31,19 @@ def running_on(app: App, jobs: list[Job], worker: WorkerProcess) -> bool:
     return all(j.state == JobState.RUNNING and held_by(j, worker.pid) for j in now)
 
 
-def start(fleet: Fleet) -> WorkerProcess:
+def start(fleet: Fleet, model: str = "thread") -> WorkerProcess:
     """A worker that has started its loop (so it has its lock file and looks)."""
-    worker = fleet.start([POOL], lease=LEASE, shutdown_timeout=10)
+    worker = fleet.start([f"{POOL}:{model}"], lease=LEASE, shutdown_timeout=10)
     wait_for(lambda: "started:" in worker.log(), what=worker.log)
     return worker
 
 
-def holding(fleet: Fleet, producer: App, seconds: float) -> tuple[WorkerProcess, list[Job]]:
+def holding(
+    fleet: Fleet, producer: App, seconds: float, model: str = "thread"
+) -> tuple[WorkerProcess, list[Job]]:
     """Worker A, running JOBS jobs of ``seconds`` each."""
     jobs = enqueue_batch(producer, chaosapp.slow, [[seconds]] * JOBS)
-    a = start(fleet)
+    a = start(fleet, model)
     wait_for(lambda: running_on(producer, jobs, a), what=a.log)
     return a, jobs
 
@@ -61,10 +64,13 @@ def kill(worker: WorkerProcess) -> float:
     return at
 
 
+@pytest.mark.parametrize("model", ["thread", "process"])
 def test_a_killed_workers_jobs_restart_on_another_within_a_second(
-    broker_name: str, fleet: Fleet, producer: App
+    model: str, broker_name: str, fleet: Fleet, producer: App
 ) -> None:
-    a, jobs = holding(fleet, producer, 5.0)
+    """In a process pool the jobs run in children, which inherit nothing of the lock: it
+    goes with the worker, whose children die with it."""
+    a, jobs = holding(fleet, producer, 5.0, model)
     b = start(fleet)
     killed_at, killed_wall = kill(a), time.time()
     wait_for(lambda: running_on(producer, jobs, b), timeout=LEASE / 2, what=fleet.logs)
@@ -72,8 +78,8 @@ def test_a_killed_workers_jobs_restart_on_another_within_a_second(
     assert a.wait(10) == -signal.SIGKILL
     # The broker's own record: each job's new start, on the broker's clock (this host's).
     started = max(producer.get_job(j.id).started_at or 0.0 for j in jobs) - killed_wall
-    print(f"{broker_name}: {JOBS} jobs running again {elapsed:.3f} s after the kill "
-          f"(last start recorded {started:.3f} s after)")  # fmt: skip
+    print(f"{broker_name}, {model} pool: {JOBS} jobs running again {elapsed:.3f} s after "
+          f"the kill (last start recorded {started:.3f} s after)")  # fmt: skip
     assert elapsed < BOUND, (elapsed, fleet.logs())
     assert_lost_and_charged(producer, jobs)
     assert f"whose process is gone: {JOBS} back to ready, 0 dead" in b.log(), b.log()
