@@ -302,3 +302,25 @@ def test_no_watch_without_a_folder_or_other_processes(
     assert "come back when its lease expires" in record.getMessage()
     watch.stop()
     broker.close()
+
+
+def test_a_dead_file_this_process_may_not_remove_is_recovered_once(
+    folder: Path, holders: list[Holder], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    me = LockDir(str(folder), "w-me")
+    me.register()
+    hold(holders, folder, "w-dead").kill()
+    dead_path = str(folder / file_name("w-dead"))
+    unlink = os.unlink
+
+    def refuse(path: str) -> None:  # another user's folder, say, that lets others read it
+        if path == dead_path:
+            raise PermissionError(13, "Permission denied", path)
+        unlink(path)
+
+    monkeypatch.setattr(lockdir.os, "unlink", refuse)
+    [gone] = me.look()
+    gone.bury()
+    assert file_name("w-dead") in names(folder)
+    assert me.look() == []  # recovered already: not taken for a new death
+    me.close()

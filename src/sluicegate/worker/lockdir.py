@@ -69,13 +69,20 @@ class Gone:
     path: str
     fd: int
     pid: int | None = None  # the dead worker's process id, as it wrote it
+    unremovable: set[tuple[int, int]] = field(default_factory=set, repr=False)
     _done: bool = field(default=False, repr=False)
 
     def bury(self) -> None:
-        """Its jobs are recovered: remove the file (it is ours to remove: we hold its lock)."""
+        """Its jobs are recovered: remove the file (it is ours to remove: we hold its lock).
+        One this process may not remove (the folder's permissions) is not looked at again."""
         if not self._done:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                found = os.fstat(self.fd)
+                self.unremovable.add((found.st_dev, found.st_ino))
             self.let_go()
 
     def let_go(self) -> None:
@@ -98,6 +105,7 @@ class LockDir:
         self.fd: int | None = None
         self._file: tuple[int, int] | None = None  # (device, inode) of the file it holds
         self._open: dict[str, int] = {}  # other workers' files, kept open between looks
+        self._unremovable: set[tuple[int, int]] = set()  # (device, inode) of dead ones' files
 
     # ---- this worker's own file ------------------------------------------------------
     def register(self) -> Gone | None:
@@ -213,7 +221,8 @@ class LockDir:
         del self._open[name]
         try:
             held, named = os.fstat(fd), os.stat(path)
-            same = (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+            file = (held.st_dev, held.st_ino)
+            same = file == (named.st_dev, named.st_ino) and file not in self._unremovable
         except FileNotFoundError:
             same = False
         if not same:  # buried by another worker (and perhaps made again): look next time
@@ -229,7 +238,7 @@ class LockDir:
                 os.unlink(path)
             os.close(fd)
             return None
-        return Gone(worker_id, path, fd, pid if isinstance(pid, int) else None)
+        return Gone(worker_id, path, fd, pid if isinstance(pid, int) else None, self._unremovable)
 
     def _clean_temp(self, name: str) -> None:
         path = os.path.join(self.folder, name)
