@@ -2,7 +2,8 @@
 drops its lock file's lock (worker/lockdir.py). Its jobs restart within a second of a
 SIGKILL, long before its lease (30 s here) could bring them back -- on another worker,
 or on the worker restarted after it. A stopped worker (SIGSTOP) is not dead: it keeps
-its jobs and finishes them once continued. On SQLite and on PostgreSQL.
+its jobs and finishes them once continued. On SQLite and on PostgreSQL. Across hosts
+the lease stays the bound.
 """
 
 from __future__ import annotations
@@ -13,12 +14,10 @@ from pathlib import Path
 
 import chaosapp
 import pytest
-from sg_brokers import over_brokers
+from sg_brokers import only_postgresql, over_brokers
 from sg_harness import Fleet, WorkerProcess, enqueue_batch, held_by, wait_for
 
 from sluicegate import App, Job, JobState
-
-pytestmark = over_brokers
 
 LEASE = 30.0  # far longer than any bound below: no lease can be what brings jobs back
 JOBS = 8
@@ -64,6 +63,7 @@ def kill(worker: WorkerProcess) -> float:
     return at
 
 
+@over_brokers
 @pytest.mark.parametrize("model", ["thread", "process"])
 def test_a_killed_workers_jobs_restart_on_another_within_a_second(
     model: str, broker_name: str, fleet: Fleet, producer: App
@@ -92,6 +92,7 @@ def test_a_killed_workers_jobs_restart_on_another_within_a_second(
     assert "Traceback" not in fleet.logs()
 
 
+@over_brokers
 def test_a_restarted_worker_recovers_its_predecessors_jobs_at_start(
     broker_name: str, fleet: Fleet, producer: App
 ) -> None:
@@ -119,6 +120,7 @@ def process_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+@over_brokers
 def test_a_stopped_worker_keeps_its_jobs_and_finishes_them(
     broker_name: str, fleet: Fleet, producer: App
 ) -> None:
@@ -147,3 +149,31 @@ def test_a_stopped_worker_keeps_its_jobs_and_finishes_them(
         assert worker.wait(30) == 0, worker.log()
     assert "whose process is gone" not in fleet.logs()
     assert "lease lost" not in fleet.logs()
+
+
+@only_postgresql
+def test_across_hosts_the_lease_stays_the_bound(
+    fleet: Fleet, producer: App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers that share no lock folder (other hosts; here, other runtime folders) cannot
+    see a death: the dead worker's jobs come back when its lease expires, as before."""
+    lease = 3.0
+    jobs = enqueue_batch(producer, chaosapp.slow, [[5.0]] * JOBS)
+    monkeypatch.setenv("SLUICEGATE_RUNTIME_DIR", str(tmp_path / "host-a"))
+    a = fleet.start([POOL], lease=lease, shutdown_timeout=10)
+    wait_for(lambda: running_on(producer, jobs, a), what=a.log)
+    monkeypatch.setenv("SLUICEGATE_RUNTIME_DIR", str(tmp_path / "host-b"))
+    b = fleet.start([POOL], lease=lease, shutdown_timeout=10)
+    wait_for(lambda: "started:" in b.log(), what=b.log)
+    killed_at = kill(a)
+    time.sleep(1.0)  # an absence: B looks every 0.2 s, but not in A's folder
+    assert running_on(producer, jobs, a), fleet.logs()
+    wait_for(lambda: running_on(producer, jobs, b), timeout=4 * lease, what=fleet.logs)
+    # A heartbeat at most lease/3 before the kill: no lease ended sooner than 2/3 of one.
+    assert time.monotonic() - killed_at > lease * 2 / 3
+    for job in jobs:
+        again = producer.get_job(job.id)
+        assert again.attempts == 2 and again.last_error is not None
+        assert "expired without a heartbeat" in again.last_error.message, again.last_error
+    assert "whose process is gone" not in b.log()
+    assert "no lock file" not in fleet.logs()  # each watched its own folder

@@ -266,8 +266,7 @@ def private_folder(storage: str) -> str:
     else's or others may write in it: nobody else can put a lock file there."""
     root = os.environ.get(RUNTIME_DIR_ENV) or tempfile.gettempdir()
     mine = os.path.join(root, f"sluicegate-{os.getuid()}")
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(mine, 0o700)
+    os.makedirs(mine, 0o700, exist_ok=True)
     found = os.lstat(mine)
     if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o022:
         raise PermissionError(f"{mine} is not a folder of this user's that only it may write in")
