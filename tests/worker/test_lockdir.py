@@ -324,3 +324,23 @@ def test_a_dead_file_this_process_may_not_remove_is_recovered_once(
     assert file_name("w-dead") in names(folder)
     assert me.look() == []  # recovered already: not taken for a new death
     me.close()
+
+
+def test_registering_while_the_last_worker_removes_the_folder(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last worker to leave removes the empty folder, perhaps just after a starting
+    worker made it: the starting one makes it again."""
+    real_open = os.open
+    removed: list[str] = []
+
+    def open_after_rmdir(path: str, flags: int, mode: int = 0o777) -> int:
+        if path.endswith(lockdir.TEMP_SUFFIX) and not removed:
+            os.rmdir(folder)
+            removed.append(path)
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(lockdir.os, "open", open_after_rmdir)
+    me = LockDir(str(folder), "w-me")
+    assert me.register() is None and me.registered() and removed
+    me.close()

@@ -113,11 +113,10 @@ class LockDir:
         process left under this worker's own name (a worker id used again): recover its
         jobs before claiming any, ``bury`` it, and call again. Raises WorkerIdInUse when a
         live process keeps it locked, OSError when the folder cannot be used."""
-        os.makedirs(self.folder, exist_ok=True)
         deadline = time.monotonic() + TAKE_OVER_WAIT
         while True:
             temp = os.path.join(self.folder, f".{self.name}.{secrets.token_hex(6)}{TEMP_SUFFIX}")
-            fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = self._create(temp)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 content = {"worker_id": self.worker_id, "pid": os.getpid()}
@@ -145,6 +144,17 @@ class LockDir:
                     f"a live process holds the lock file of worker {self.worker_id}"
                 )
             time.sleep(0.05)  # another worker is burying it, or its owner lives: look again
+
+    def _create(self, temp: str) -> int:
+        """Create ``temp`` in the folder, making the folder first. The last worker of the
+        folder to leave removes it when empty, perhaps between the two: then again."""
+        for _ in range(10):
+            os.makedirs(self.folder, exist_ok=True)
+            try:
+                return os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            except FileNotFoundError:
+                continue
+        raise FileNotFoundError(f"{self.folder} keeps disappearing")
 
     def registered(self) -> bool:
         """Does this worker's name still lead to the file it holds locked? (A cleaner of
