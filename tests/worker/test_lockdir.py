@@ -344,3 +344,43 @@ def test_registering_while_the_last_worker_removes_the_folder(
     me = LockDir(str(folder), "w-me")
     assert me.register() is None and me.registered() and removed
     me.close()
+
+
+FORKING_HOLDER = """
+import os, sys, time
+from sluicegate.worker.lockdir import LockDir
+LockDir(sys.argv[1], sys.argv[2]).register()
+child = os.fork()
+if child == 0:
+    time.sleep(600)
+    os._exit(0)
+print("registered", child, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_forked_child_does_not_keep_its_parents_lock(folder: Path) -> None:
+    """A task that forks without exec (multiprocessing's "fork" start method) leaves a
+    child sharing the worker's open files: the child lets go of the lock at once."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FORKING_HOLDER, str(folder), "w-forking"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    word, child = proc.stdout.readline().split()
+    assert word == "registered"
+    me = LockDir(str(folder), "w-me")
+    me.register()
+    try:
+        assert me.look() == []
+        proc.kill()
+        proc.wait(10)
+        assert os.path.exists(f"/proc/{child}")  # the child lives on
+        [gone] = me.look()
+        assert gone.worker_id == "w-forking"
+        gone.bury()
+    finally:
+        os.kill(int(child), signal.SIGKILL)
+        proc.stdout.close()
+        me.close()

@@ -18,9 +18,12 @@ The protocol, safe with any number of workers looking at once:
 - A dead worker's file is removed only after its jobs were recovered: if recovery
   fails, the lock is let go and the next look (here or in another worker) tries again.
 
-A lock is inherited by a child made with a bare ``fork`` (no exec): while such a child
-lives, its parent's death goes unseen here and its jobs come back by lease expiry, as they
-do across hosts.
+A lock would outlive its worker in a child made with a bare ``fork`` (no exec, as
+multiprocessing's "fork" start method does): the child shares the open file. Forked
+children close it at once (``os.register_at_fork``), so the lock stays the worker's alone.
+Only a fork that bypasses Python's hooks (C code calling fork() without exec) could still
+keep it: then the worker's death goes unseen here, and its jobs come back by lease expiry,
+as they do across hosts.
 """
 
 from __future__ import annotations
@@ -42,6 +45,21 @@ SUFFIX = ".lock"
 TEMP_SUFFIX = ".tmp"
 STALE_TEMP_AFTER = 60.0  # s: a temporary file this old whose lock is free was left behind
 TAKE_OVER_WAIT = 2.0  # s: how long register() waits for a file of its own name to free
+
+
+_HELD: set[int] = set()  # the lock files' descriptors of this process's workers
+
+
+def _forget_in_child() -> None:
+    """In a forked child: close the workers' lock files, which must die with the worker."""
+    for fd in _HELD:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class WorkerIdInUse(OSError):
@@ -127,6 +145,7 @@ class LockDir:
                     pass
                 else:
                     self.fd, fd = fd, -1
+                    _HELD.add(self.fd)
                     found = os.fstat(self.fd)
                     self._file = (found.st_dev, found.st_ino)
                     if (stale := self._open.pop(self.name, None)) is not None:
@@ -183,6 +202,8 @@ class LockDir:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.path)
             os.close(self.fd)
+        if self.fd is not None:
+            _HELD.discard(self.fd)
         self.fd = self._file = None
 
     def close(self) -> None:
