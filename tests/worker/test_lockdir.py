@@ -384,3 +384,31 @@ def test_a_forked_child_does_not_keep_its_parents_lock(folder: Path) -> None:
         os.kill(int(child), signal.SIGKILL)
         proc.stdout.close()
         me.close()
+
+
+def test_folder_trouble_is_logged_once_and_a_removed_file_made_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.INFO, logger="sluicegate.worker")
+    broker = SQLiteBroker(f"sqlite:///{tmp_path / 'jobs.db'}")
+    watch = DeathWatch(broker, "w-me")
+    watch.start()
+    assert watch.dir is not None
+    look = watch.dir.look
+
+    def too_many_files() -> list[lockdir.Gone]:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(watch.dir, "look", too_many_files)
+    for _ in range(3):
+        watch.run(time.monotonic())  # not a broker error: nothing raised, no backoff
+    monkeypatch.setattr(watch.dir, "look", look)
+    os.unlink(watch.dir.path)  # as a cleaner of temporary folders might
+    watch.run(time.monotonic())
+    assert watch.dir.registered()
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("cannot look in the lock folder" in m for m in messages) == 1
+    assert sum("usable again" in m for m in messages) == 1
+    assert sum("was removed: made again" in m for m in messages) == 1
+    watch.stop()
+    broker.close()

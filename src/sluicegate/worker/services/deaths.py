@@ -44,6 +44,7 @@ class DeathWatch(Service):
         self.interval = interval
         self.dir: LockDir | None = None
         self.next_at = 0.0
+        self.troubled = False  # the last look failed (logged once)
 
     @property
     def watching(self) -> bool:
@@ -87,11 +88,18 @@ class DeathWatch(Service):
     def run(self, now: float) -> None:
         assert self.dir is not None
         self.next_at = now + self.interval * random.uniform(0.9, 1.1)
-        if not self.dir.registered():
-            log.warning("the lock file of worker %s was removed: made again", self.worker_id)
-            self.dir.unregister()
-            self._register()
-        found = self.dir.look()
+        try:
+            found = self._look()
+        except OSError as exc:  # the folder's trouble, not the broker's: no backoff
+            if not self.troubled:
+                log.warning(
+                    "cannot look in the lock folder %s (will retry): %s", self.dir.folder, exc
+                )
+                self.troubled = True
+            return
+        if self.troubled:
+            log.info("the lock folder %s is usable again", self.dir.folder)
+            self.troubled = False
         for i, gone in enumerate(found):
             try:
                 self._recover(gone)
@@ -99,6 +107,14 @@ class DeathWatch(Service):
                 for rest in found[i:]:
                     rest.let_go()  # looked at again next time, here or by another worker
                 raise
+
+    def _look(self) -> list[Gone]:
+        assert self.dir is not None
+        if not self.dir.registered():
+            log.warning("the lock file of worker %s was removed: made again", self.worker_id)
+            self.dir.unregister()
+            self._register()
+        return self.dir.look()
 
     def _recover(self, gone: Gone) -> None:
         recovery = self.broker.recover_worker(gone.worker_id)
