@@ -12,6 +12,7 @@ reason, unless ``SLUICEGATE_REQUIRE_POSTGRES=1`` (CI), which turns the skip into
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 
 import pgserver
 from pgserver import require_postgres
-from sluicegate.brokers.base import Broker
+from sluicegate.brokers.base import RUNTIME_DIR_ENV, Broker
 from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.brokers.sqlite import SQLiteBroker
 from sluicegate.testing import BrokerKind, FakeClock
@@ -87,6 +88,20 @@ def _drop_postgres_schemas() -> Iterator[None]:
     yield
     while len(_PG_SCHEMAS) > first:
         pgserver.drop_schema(_PG_SCHEMAS.pop())
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Workers keep their PostgreSQL lock folders (Broker.local_folder) under this session's
+    temporary folder, not the system's: every test's fresh schema would leave one there.
+    Worker processes started by tests inherit it."""
+    before = os.environ.get(RUNTIME_DIR_ENV)
+    os.environ[RUNTIME_DIR_ENV] = str(tmp_path_factory.mktemp("runtime"))
+    yield
+    if before is None:
+        del os.environ[RUNTIME_DIR_ENV]
+    else:
+        os.environ[RUNTIME_DIR_ENV] = before
 
 
 @pytest.fixture

@@ -275,6 +275,16 @@ def test_queue_depths_read_only_partial_indexes(history: PostgresBroker, name: s
         assert full_read not in text, text
 
 
+def test_a_dead_workers_recovery_reads_held_jobs_only(history: PostgresBroker) -> None:
+    """recover_worker finds the dead worker's jobs among the held ones (a partial index),
+    never among the finished rows; its generic plan, run and rolled back."""
+    params = {"now": None, "worker": "w", "error": "{}"}
+    with psycopg.connect(history.dsn) as conn:
+        text = generic_plan(conn, history._queries["recover_worker"], params)
+    assert "jobs_leased" in text or "jobs_holding" in text, text
+    assert "Seq Scan on jobs" not in text and "jobs_finished" not in text, text
+
+
 @pytest.mark.parametrize("name", ["arrivals", "last_job_id"])
 def test_arrivals_read_the_primary_key(history: PostgresBroker, name: str) -> None:
     query = history._queries[name]

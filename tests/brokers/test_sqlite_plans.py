@@ -1,6 +1,7 @@
 """The SQLite broker's signal reads (queue depths, arrivals), sampled by every worker every
-few seconds, never read a finished job: their plans scan only partial indexes of
-unfinished jobs, and otherwise seek (a range of state, or of the primary key)."""
+few seconds, and the recovery of a dead worker's jobs never read a finished job: their
+plans scan only partial indexes of unfinished jobs, and otherwise seek (a range of state,
+or of the primary key)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ def sqlite(tmp_path: Path) -> Iterator[SQLiteBroker]:
 
 def plan(broker: SQLiteBroker, name: str) -> list[str]:
     params = {"now": broker._now(), "queues": '["q", "held"]', "after": 5, "scan": 100}
+    params.update(worker="w", error="{}")
     with broker._db.read() as conn:
         rows = conn.execute("EXPLAIN QUERY PLAN " + broker._queries[name], params).fetchall()
     return [row[3] for row in rows]
@@ -52,7 +54,17 @@ def plan(broker: SQLiteBroker, name: str) -> list[str]:
 
 @pytest.mark.parametrize("name", ["queue_depths", "queue_depths_of", "arrivals", "last_job_id"])
 def test_signal_reads_touch_no_finished_job(sqlite: SQLiteBroker, name: str) -> None:
-    lines = plan(sqlite, name)
+    assert_unfinished_only(plan(sqlite, name))
+
+
+def test_a_dead_workers_recovery_touches_no_finished_job(sqlite: SQLiteBroker) -> None:
+    """recover_worker (a worker of the host died) reads held jobs only, whatever the history."""
+    lines = plan(sqlite, "recover_worker")
+    assert_unfinished_only(lines)
+    assert any("jobs_state_queue (state=?)" in ln or "jobs_leased" in ln for ln in lines), lines
+
+
+def assert_unfinished_only(lines: list[str]) -> None:
     reads = [ln for ln in lines if re.match(r"(SCAN|SEARCH) jobs\b", ln)]
     assert reads, lines
     for line in reads:

@@ -1,6 +1,7 @@
-"""A task that kills its whole (thread-model) worker: the job comes back by lease expiry,
-charged an attempt each time, and is dead with "worker lost" once attempts run out --
-restarted workers do not crash forever. On SQLite and on PostgreSQL."""
+"""A task that kills its whole (thread-model) worker: the job comes back (to the restarted
+worker, which finds the dead one's lock file free, or by lease expiry, whichever is
+first), charged an attempt each time, and is dead with "worker lost" once attempts run
+out -- restarted workers do not crash forever. On SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_crashing_task_ends_dead_with_worker_lost(fleet: Fleet, producer: App) -
             break
         assert worker.wait() == 1, worker.log()
         lost = producer.get_job(job.id)
-        assert lost.state in (JobState.CLAIMED, JobState.RUNNING)  # held until the lease expires
+        assert lost.state in (JobState.CLAIMED, JobState.RUNNING)  # no live worker looks
         attempts_at_crash.append(lost.attempts)
 
     assert attempts_at_crash == list(range(1, max_attempts + 1)), fleet.logs()

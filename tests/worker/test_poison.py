@@ -7,9 +7,10 @@ keep completing, the pool is back to its configured number of children, and no c
 outlives a SIGKILLed worker.
 
 Thread and async pools: a raise and a hang end dead with the reason while the worker
-keeps serving. ``os._exit`` and a segfault take the whole worker down: restarted workers
-recover the job by lease expiry, each crash charged one attempt, until it is dead with
-"worker lost" -- and the worker that finds it dead stays up.
+keeps serving. ``os._exit`` and a segfault take the whole worker down: each restarted
+worker recovers the job as it starts (the dead one's lock file is free), each crash
+charged one attempt, until it is dead with "worker lost" -- and the worker that finds it
+dead stays up.
 """
 
 from __future__ import annotations
@@ -256,7 +257,7 @@ def test_worker_crashing_job_ends_dead_with_worker_lost(
             break
         assert worker.wait() == CRASHES[(model, task)], worker.log()
         lost = producer.get_job(job.id)
-        assert lost.state in (JobState.CLAIMED, JobState.RUNNING)  # held until the lease expires
+        assert lost.state in (JobState.CLAIMED, JobState.RUNNING)  # no live worker looks
         attempts_at_crash.append(lost.attempts)
 
     assert attempts_at_crash == list(range(1, poisonapp.MAX_ATTEMPTS + 1)), fleet.logs()

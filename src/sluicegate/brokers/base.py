@@ -11,6 +11,10 @@ it has.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
+import stat
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -245,6 +249,30 @@ def worker_lost_error(worker_id: str | None) -> ErrorInfo:
     )
 
 
+def worker_died_error(worker_id: str) -> ErrorInfo:
+    """The error ``recover_worker`` records: a worker on the same host saw the process go."""
+    return ErrorInfo(
+        type=WORKER_LOST, message=f"worker lost: worker {worker_id} died (its process is gone)"
+    )
+
+
+RUNTIME_DIR_ENV = "SLUICEGATE_RUNTIME_DIR"
+
+
+def private_folder(storage: str) -> str:
+    """``<$SLUICEGATE_RUNTIME_DIR or the temporary folder>/sluicegate-<uid>/<hash>``, one
+    per ``storage`` (hashed: never a password in a path). The per-user folder is created
+    here, readable by its owner only, and refused (PermissionError) if it is anyone
+    else's or others may write in it: nobody else can put a lock file there."""
+    root = os.environ.get(RUNTIME_DIR_ENV) or tempfile.gettempdir()
+    mine = os.path.join(root, f"sluicegate-{os.getuid()}")
+    os.makedirs(mine, 0o700, exist_ok=True)
+    found = os.lstat(mine)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o022:
+        raise PermissionError(f"{mine} is not a folder of this user's that only it may write in")
+    return os.path.join(mine, hashlib.sha256(storage.encode()).hexdigest()[:16])
+
+
 class Broker(ABC):
     """Durable job storage. Implementations: memory, sqlite and postgresql, registered by
     URL scheme in ``sluicegate.brokers.BROKERS``."""
@@ -313,6 +341,14 @@ class Broker(ABC):
     @abstractmethod
     def recover_expired(self, limit: int = 1000) -> Recovery:
         """Return jobs whose lease expired to ready (attempt already charged) or to dead."""
+
+    @abstractmethod
+    def recover_worker(self, worker_id: str) -> Recovery:
+        """Every job held (claimed or running) by ``worker_id``, whose process is known to be
+        gone, back to ready (the attempt stays charged) or to dead when attempts are
+        exhausted, with ``worker_died_error``, leases unexpired or not; one transaction.
+        The dead worker's later calls on those claims are refused (fencing). Idempotent:
+        safe from many workers at once. Wakes claimers when jobs became ready."""
 
     # ---- limits ----------------------------------------------------------
     @abstractmethod
@@ -445,6 +481,14 @@ class Broker(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release connections and threads."""
+
+    def local_folder(self) -> str | None:
+        """A folder where the processes of this machine that use this storage find each
+        other, the same for all of them whatever their URL's options: workers keep their
+        lock files there (``sluicegate.worker.lockdir``); whoever uses it first creates
+        it. None: no other process can reach the storage. By default, a folder per URL
+        in a folder private to the user (``private_folder``)."""
+        return private_folder(self.url)
 
     # ---- single-claim conveniences over the batched calls ----------------
     def ack(self, claim: Claim, result_json: str = "null") -> None:

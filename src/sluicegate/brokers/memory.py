@@ -18,6 +18,7 @@ from ..job import (
     UNFINISHED,
     Claim,
     ClaimedJob,
+    ErrorInfo,
     Event,
     Job,
     JobId,
@@ -56,6 +57,7 @@ from .base import (
     stored_pools,
     unique_key_taken,
     unknown_limit,
+    worker_died_error,
     worker_lost_error,
     worker_record,
 )
@@ -418,7 +420,6 @@ class MemoryBroker(Broker):
         return lost
 
     def recover_expired(self, limit: int = 1000) -> Recovery:
-        result = Recovery()
         with self._lock:
             now = self._clock()
             expired = sorted(
@@ -431,24 +432,47 @@ class MemoryBroker(Broker):
                 ),
                 key=lambda j: (j.lease_expires_at or 0.0, j.id),  # oldest expiry first
             )[:limit]
-            for job in expired:
-                error = worker_lost_error(job.worker_id)
-                if job.attempts >= job.max_attempts:
-                    self._set(
-                        job,
-                        Event.RECOVER_DEAD,
-                        last_error=error,
-                        finished_at=now,
-                        lease_expires_at=None,
-                    )
-                    result.dead.append(job.id)
-                else:
-                    self._set(
-                        job, Event.RECOVER, last_error=error, lease_expires_at=None, worker_id=None
-                    )
-                    result.requeued.append(job.id)
+            result = self._recover(expired, now, lambda job: worker_lost_error(job.worker_id))
         if result.requeued:
             self._subscribers.notify_local()
+        return result
+
+    def recover_worker(self, worker_id: str) -> Recovery:
+        error = worker_died_error(worker_id)
+        with self._lock:
+            held = sorted(
+                (j for j in self._jobs.values() if j.state in HELD and j.worker_id == worker_id),
+                key=lambda j: j.id,
+            )
+            result = self._recover(held, self._clock(), lambda job: error)
+        if result.requeued:
+            self._subscribers.notify_local()
+        return result
+
+    def _recover(
+        self, jobs: list[Job], now: float, error_of: Callable[[Job], ErrorInfo]
+    ) -> Recovery:
+        """Held jobs back to ready (the attempt stays charged), or dead with no attempts left."""
+        result = Recovery()
+        for job in jobs:
+            if job.attempts >= job.max_attempts:
+                self._set(
+                    job,
+                    Event.RECOVER_DEAD,
+                    last_error=error_of(job),
+                    finished_at=now,
+                    lease_expires_at=None,
+                )
+                result.dead.append(job.id)
+            else:
+                self._set(
+                    job,
+                    Event.RECOVER,
+                    last_error=error_of(job),
+                    lease_expires_at=None,
+                    worker_id=None,
+                )
+                result.requeued.append(job.id)
         return Recovery(requeued=sorted(result.requeued), dead=sorted(result.dead))
 
     # ---- operator actions -------------------------------------------------------
@@ -540,3 +564,6 @@ class MemoryBroker(Broker):
 
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
         return self._subscribers.add(callback)
+
+    def local_folder(self) -> str | None:
+        return None  # the jobs live in this object: no other process can reach them

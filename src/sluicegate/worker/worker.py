@@ -1,12 +1,12 @@
 """One worker process: pools over queues, and a loop on one thread that schedules services.
 
 Each service has one job and says when it is next due (``services/``): the
-dispatcher (finished jobs, soft timeouts), the shutdown sequence, a claimer per
-pool, the result writer, the lease keeper, the recoverer and the pruner. The loop
-only waits (on a wake-up, or until the nearest due time) and runs whatever is due,
-in that order: a turn claims and dispatches for free slots *before* it writes the
-turn's starts and outcomes, so a freed slot never waits for an ack's fsync. While
-the broker fails, services that use it wait out one shared backoff.
+dispatcher (finished jobs, soft timeouts), the shutdown sequence, the death watch (dead
+workers of this host), a claimer per pool, the result writer, the lease keeper, the
+recoverer and the pruner. The loop only waits (on a wake-up, or until the nearest due
+time) and runs whatever is due, in that order: a turn claims and dispatches for free
+slots *before* it writes the turn's starts and outcomes, so a freed slot never waits for
+an ack's fsync. While the broker fails, services that use it wait out one shared backoff.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from .routing import check_tasks_fit
 from .services.backoff import Backoff
 from .services.base import Counters, Service
 from .services.claimer import Claimer
+from .services.deaths import DeathWatch
 from .services.dispatch import Dispatcher
 from .services.leases import LeaseKeeper
 from .services.limits import LimitRegistrar
@@ -79,6 +80,7 @@ class Worker:
         metrics_host: str = "127.0.0.1",
         publish_interval: float = PUBLISH_INTERVAL,
         stall_after: float = STALL_AFTER,
+        local_recovery: bool = True,
     ) -> None:
         if lease <= 0:
             raise ConfigError("lease must be positive")
@@ -181,12 +183,16 @@ class Worker:
         # Retention of finished jobs; None (the default for embedded use) keeps them all.
         self.pruner = Pruner(broker, retention, prune_interval) if retention else None
         self.registrar = LimitRegistrar(broker, list(app.limits.values()), backoff)
+        # The jobs of dead workers of this host, at once (and a restarted worker's
+        # predecessor's, before its first claim); local_recovery=False leaves them to leases.
+        self.deaths = DeathWatch(broker, self.worker_id, counters, backoff)
         # The order of a turn: collect finished jobs, shut down, register the limits
-        # (once), claim, write, maintain, publish.
+        # (once), recover dead neighbours' jobs, claim, write, maintain, publish.
         self.services += [
             self.dispatcher,
             self.shutdown,
             self.registrar,
+            *([self.deaths] if local_recovery else []),
             *self.claimers,
             self.results,
             self.leases,

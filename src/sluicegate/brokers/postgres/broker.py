@@ -30,9 +30,11 @@ from ..base import (
     Stats,
     WorkerInfo,
     WorkerList,
+    private_folder,
+    worker_died_error,
 )
 from ..sqlbase import Row, SQLBroker, fold_stats, matched, worker_params, worker_records
-from ..sqlfiles import JOB_COLUMNS
+from ..sqlfiles import JOB_COLUMNS, Query
 from ..wakeups import Subscribers
 from .connections import Connections, psycopg
 from .fate import UnknownFate, ids_tokens
@@ -97,6 +99,10 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
 
     def _now(self) -> float | None:
         return self._clock() if self._clock is not None else None
+
+    def local_folder(self) -> str:
+        """One per server, database and schema (not per user, password or option)."""
+        return private_folder(f"postgresql:{self.settings.server}#{self.schema}")
 
     def close(self) -> None:
         self._subscribers.stop()
@@ -287,17 +293,37 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
 
     def recover_expired(self, limit: int = 1000) -> Recovery:
         query = self._queries["recover_expired"]
-        at_id, at_state, at_queue = (query.at[c] for c in ("id", "state", "queue"))
         with self._db.transaction() as conn:
             rows = conn.execute(query, {"limit": limit, "now": self._now()}).fetchall()
-            requeued = [r for r in rows if r[at_state] == JobState.READY]
-            if requeued:
-                self._notify_queues(conn, [r[at_queue] for r in requeued])
+            requeued, dead = self._recovered(conn, query, rows)
         if requeued:
             self._announce()
-        return Recovery(
-            requeued=sorted(JobId(r[at_id]) for r in requeued),
-            dead=sorted(JobId(r[at_id]) for r in rows if r[at_state] == JobState.DEAD),
+        return Recovery(requeued=requeued, dead=dead)
+
+    def recover_worker(self, worker_id: str) -> Recovery:
+        query = self._queries["recover_worker"]
+        error = dumps(worker_died_error(worker_id).to_dict())
+        params = {"worker": worker_id, "error": error, "now": self._now()}
+        with self._db.transaction() as conn:
+            conn.execute(self._queries["recover_worker_settings"])
+            rows = conn.execute(query, params).fetchall()
+            requeued, dead = self._recovered(conn, query, rows)
+        if requeued:
+            self._announce()
+        return Recovery(requeued=requeued, dead=dead)
+
+    def _recovered(
+        self, conn: Any, query: Query, rows: Sequence[Row]
+    ) -> tuple[list[JobId], list[JobId]]:
+        """(requeued, dead) from a recovery's rows (``id``, ``state``, ``queue``); notifies
+        the queues of the requeued jobs in the recovery's own transaction."""
+        at_id, at_state, at_queue = (query.at[c] for c in ("id", "state", "queue"))
+        requeued = [r for r in rows if r[at_state] == JobState.READY]
+        if requeued:
+            self._notify_queues(conn, [r[at_queue] for r in requeued])
+        return (
+            sorted(JobId(r[at_id]) for r in requeued),
+            sorted(JobId(r[at_id]) for r in rows if r[at_state] == JobState.DEAD),
         )
 
     # ---- transactional completion -------------------------------------------------------

@@ -40,6 +40,7 @@ from ..base import (
     WorkerInfo,
     WorkerList,
     unknown_limit,
+    worker_died_error,
 )
 from ..doorbell import open_doorbell
 from ..sqlbase import (
@@ -53,7 +54,7 @@ from ..sqlbase import (
     worker_params,
     worker_records,
 )
-from ..sqlfiles import JOB_COLUMNS
+from ..sqlfiles import JOB_COLUMNS, Query
 from ..wakeups import Subscribers
 from .connections import SYNC_MODES, Connections, parse_sqlite_url
 from .watch import Watcher
@@ -95,6 +96,11 @@ class SQLiteBroker(SQLBroker):
 
     def _now(self) -> float:
         return self._clock()
+
+    def local_folder(self) -> str:
+        """Beside the database file (``jobs.db.workers``), as its doorbells are: every
+        process that uses the database reaches it, however its URL spells the path."""
+        return os.path.realpath(self.path) + ".workers"
 
     # ---- migrations and closing ------------------------------------------
     def _migration_transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
@@ -384,9 +390,21 @@ class SQLiteBroker(SQLBroker):
                 return Recovery()
         with self._db.write() as conn:
             params = {"now": self._clock(), "limit": limit}
-            query = q["recover_expired"]
-            id_at, state_at = query.at["id"], query.at["state"]
+            rows = conn.execute(q["recover_expired"], params).fetchall()
+        return self._recovered(q["recover_expired"], rows)
+
+    def recover_worker(self, worker_id: str) -> Recovery:
+        query = self._queries["recover_worker"]
+        error = dumps(worker_died_error(worker_id).to_dict())
+        with self._db.write() as conn:
+            params = {"now": self._clock(), "worker": worker_id, "error": error}
             rows = conn.execute(query, params).fetchall()
+        return self._recovered(query, rows)
+
+    def _recovered(self, query: Query, rows: Sequence[Row]) -> Recovery:
+        """What a recovery statement returned (``id``, ``state``); wakes claimers if any
+        job is ready again."""
+        id_at, state_at = query.at["id"], query.at["state"]
         dead = sorted(JobId(r[id_at]) for r in rows if r[state_at] == JobState.DEAD)
         requeued = sorted(JobId(r[id_at]) for r in rows if r[state_at] != JobState.DEAD)
         if requeued:

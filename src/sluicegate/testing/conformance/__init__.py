@@ -31,7 +31,7 @@ The suite's fixtures are all built from ``broker_kind``: ``clock`` (a FakeClock)
 The suite in parts, each exporting its tests: ``helpers`` (the fixtures, and helpers such
 as ``spec``, ``put``, ``take`` and ``make_state`` for cases of your own), ``enqueue_claim``,
 ``record_lease`` (record, fencing, heartbeat and release), ``recovery_actions`` (recovery,
-cancel, retry), ``read_wakeups`` (read side, subscribe, reopening), ``limits`` (dependency
+cancel, retry), ``recover_worker`` (a dead worker's jobs, at once), ``read_wakeups`` (read side, subscribe, reopening), ``limits`` (dependency
 limits: concurrency, rate, scope, partitions, overrides), ``registry`` (the worker
 registry, queue depths and arrivals), ``races`` (threads and processes) and
 ``reference_model`` (random operations against the reference broker).
@@ -46,6 +46,7 @@ from . import (
     races,
     read_wakeups,
     record_lease,
+    recover_worker,
     recovery_actions,
     reference_model,
     registry,
@@ -65,6 +66,7 @@ from .limits import *  # noqa: F403
 from .races import *  # noqa: F403
 from .read_wakeups import *  # noqa: F403
 from .record_lease import *  # noqa: F403
+from .recover_worker import *  # noqa: F403
 from .recovery_actions import *  # noqa: F403
 from .reference_model import *  # noqa: F403
 from .registry import *  # noqa: F403
@@ -75,6 +77,7 @@ __all__ = [
     *enqueue_claim.__all__,
     *record_lease.__all__,
     *recovery_actions.__all__,
+    *recover_worker.__all__,
     *read_wakeups.__all__,
     *limits.__all__,
     *registry.__all__,

@@ -27,10 +27,11 @@ OPS = st.lists(
         st.tuples(st.just("enqueue"), st.sampled_from("ab"), st.integers(0, 2),
                   st.sampled_from([0.0, 5.0]), st.integers(1, 3), st.sampled_from([None, "k"])),
         st.tuples(st.just("claim"), st.sampled_from([("a",), ("b",), ("a", "b")]),
-                  st.integers(1, 3), st.sampled_from([5.0, 10.0])),
+                  st.integers(1, 3), st.sampled_from([5.0, 10.0]), st.sampled_from("wv")),
         st.tuples(st.sampled_from(CLAIM_OPS), st.integers(0, 3)),  # 0: the latest claim
         st.tuples(st.sampled_from(["cancel", "retry"]), st.integers(1, 12)),
         st.tuples(st.just("recover"), st.integers(1, 3)),
+        st.tuples(st.just("recover_worker"), st.sampled_from("wv")),
         st.tuples(st.just("advance"), st.sampled_from([1.0, 4.0, 11.0])),
     ),
     max_size=40,
@@ -61,7 +62,7 @@ def _step(broker: Broker, claims: list[Claim], op: tuple[Any, ...]) -> tuple[Any
             )
             return ("ids", [j.id for j in broker.enqueue([new])])
         if kind == "claim":
-            got = broker.claim(list(op[1]), op[2], op[3], "w")
+            got = broker.claim(list(op[1]), op[2], op[3], op[4])
             claims.extend(c.claim for c in got)
             return ("ids", [c.job.id for c in got])
         if kind in CLAIM_OPS:
@@ -74,7 +75,10 @@ def _step(broker: Broker, claims: list[Claim], op: tuple[Any, ...]) -> tuple[Any
             target = ids[op[1] % len(ids)] if ids and op[1] < 12 else 10**9
             job = broker.cancel(target) if kind == "cancel" else broker.retry(target)
             return ("ids", [job.id])
-        recovery = broker.recover_expired(limit=op[1])
+        if kind == "recover_worker":
+            recovery = broker.recover_worker(op[1])
+        else:
+            recovery = broker.recover_expired(limit=op[1])
         return ("recovery", sorted(recovery.requeued), sorted(recovery.dead))
     except SluicegateError as exc:
         return ("error", type(exc).__name__)

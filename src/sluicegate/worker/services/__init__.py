@@ -7,6 +7,7 @@ a ``Service`` and one line to ``Worker.services``, not a branch in the loop.
 from .backoff import Backoff
 from .base import Counters, Service
 from .claimer import Claimer
+from .deaths import DeathWatch
 from .dispatch import Dispatcher
 from .leases import LeaseKeeper
 from .pruner import Pruner
@@ -18,6 +19,7 @@ __all__ = [
     "Backoff",
     "Claimer",
     "Counters",
+    "DeathWatch",
     "Dispatcher",
     "LeaseKeeper",
     "Pruner",

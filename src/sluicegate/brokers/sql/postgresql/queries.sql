@@ -517,6 +517,36 @@ FROM expired
 WHERE j.id = expired.id
 RETURNING j.id, j.state, j.queue;
 
+-- name: recover_worker_settings
+-- columns: bounded
+-- recover_worker waits for row locks (see below), but never for long: past this the call
+-- fails, and the worker that called it tries again on its next look.
+SELECT set_config('lock_timeout', '5s', true) AS bounded;
+
+-- name: recover_worker
+-- columns: id, state, queue
+-- The held jobs of a worker whose process is gone (seen by a worker on its host), leases
+-- unexpired or not: back to ready (the attempt stays charged) or dead when attempts are
+-- exhausted. Held jobs are few: found through a partial index of held rows, never the
+-- finished ones. Locked in id order and waited for, not skipped: a row the dead worker's
+-- open transaction still locks is freed once the server sees its connection close, and
+-- skipping it would leave that job to its lease.
+WITH held AS (
+    SELECT id FROM {schema}.jobs
+    WHERE state IN ({recover_from}) AND worker_id = %(worker)s
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE {schema}.jobs AS j
+SET state = CASE WHEN j.attempts >= j.max_attempts THEN {dead} ELSE {ready} END,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN {now} ELSE NULL END,
+    lease_expires_at = NULL, lease_token = NULL,
+    worker_id = CASE WHEN j.attempts >= j.max_attempts THEN j.worker_id ELSE NULL END,
+    last_error = %(error)s
+FROM held
+WHERE j.id = held.id
+RETURNING j.id, j.state, j.queue;
+
 -- name: cancel
 -- returns: job
 UPDATE {schema}.jobs

@@ -270,6 +270,21 @@ WHERE id IN (SELECT id FROM jobs WHERE state IN ({recover_from}) AND lease_expir
              ORDER BY lease_expires_at, id LIMIT :limit)
 RETURNING id, state;
 
+-- name: recover_worker
+-- columns: id, state
+-- The held jobs of a worker whose process is gone (seen by a worker on its host), leases
+-- unexpired or not: back to ready (the attempt stays charged) or dead when attempts are
+-- exhausted. Held jobs are few: found through a partial index of held rows, never the
+-- finished ones.
+UPDATE jobs
+SET state = CASE WHEN attempts >= max_attempts THEN {dead} ELSE {ready} END,
+    finished_at = CASE WHEN attempts >= max_attempts THEN :now ELSE NULL END,
+    worker_id = CASE WHEN attempts >= max_attempts THEN worker_id ELSE NULL END,
+    lease_expires_at = NULL,
+    last_error = :error
+WHERE state IN ({recover_from}) AND worker_id = :worker
+RETURNING id, state;
+
 -- name: cancel
 -- returns: job
 UPDATE jobs SET state = {cancelled}, finished_at = :now, lease_expires_at = NULL
