@@ -57,10 +57,6 @@ def job_columns(alias: str) -> str:
     )
 
 
-def _fits_bigint(job_id: int) -> bool:
-    return -(2**63) <= job_id < 2**63
-
-
 class PostgresBroker(Inserts, Limits, SQLBroker):
     dialect = "postgresql"
     unique_violation = (psycopg.errors.UniqueViolation,) if psycopg is not None else ()
@@ -327,8 +323,6 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
 
     # ---- operator actions ---------------------------------------------------------------
     def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:
-        if not _fits_bigint(job_id):
-            return None, None
         get = self._queries["get_job"]
         with self._db.transaction() as conn:
             params = {"id": job_id, "now": self._now()}
@@ -346,9 +340,6 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
 
     def _listing(self) -> contextlib.AbstractContextManager[Any]:
         return self._db.custom_plans()  # the filter decides which partial index fits
-
-    def _may_exist(self, job_id: int) -> bool:
-        return _fits_bigint(job_id)
 
     def stats(self) -> Stats:
         counts, ages = self._queries["count_by_queue_state"], self._queries["oldest_ready"]
