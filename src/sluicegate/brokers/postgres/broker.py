@@ -104,7 +104,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         return {"schema": self.settings.quoted_schema}
 
     def _migration_transaction(self) -> contextlib.AbstractContextManager[Any]:
-        return self._db.transaction()
+        return self._db.unbounded()  # DDL on a large table, or waiting for another migrator
 
     def _prepare_migration(self, conn: Any) -> None:
         """An advisory lock per schema serialises migrators (many processes may start at
@@ -174,6 +174,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
 
         A plain claim that promoted due jobs of its queues claims nothing (see the claim
         statement); the second statement, without promoting, sees them committed."""
+        self._db.expect_lease(lease)
         if n <= 0 or not queues:
             return ClaimBatch()
         wanted = tuple(dict.fromkeys(queues))
@@ -259,6 +260,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         return done
 
     def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
+        self._db.expect_lease(lease)
         if not claims:
             return []
         query = self._queries["heartbeat"]
@@ -312,7 +314,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         Commits or rolls back with the caller's writes; LeaseLost if the token is stale."""
         query = self._queries["ack"]
         params = {**ids_tokens([claim]), "results": [result_json], "now": self._now()}
-        with tuple_rows(connection) as cur:
+        with self._db.bounded(connection), tuple_rows(connection) as cur:
             done = matched(query, cur.execute(query, params).fetchall())
         if claim not in done:
             raise LeaseLost(claim.job_id, claim.token)
