@@ -4,6 +4,7 @@ from .app import App
 from .errors import (
     BrokerUnavailable,
     ConfigError,
+    EnqueueFateUnknown,
     InvalidJobId,
     InvalidTransition,
     JobNotFound,
@@ -19,6 +20,7 @@ __all__ = [
     "App",
     "BrokerUnavailable",
     "ConfigError",
+    "EnqueueFateUnknown",
     "ErrorInfo",
     "InvalidJobId",
     "InvalidTransition",

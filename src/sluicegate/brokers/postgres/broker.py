@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ...codec import dumps
-from ...errors import BrokerUnavailable, ConfigError, LeaseLost
+from ...errors import BrokerUnavailable, ConfigError, EnqueueFateUnknown, LeaseLost
 from ...job import Claim, Job, JobId, JobSpec, JobState, in_claim_order
 from ...limits import local_host
 from ..base import (
@@ -34,7 +34,7 @@ from ..base import (
 from ..sqlbase import Row, SQLBroker, fold_stats, matched, worker_params, worker_records
 from ..sqlfiles import JOB_COLUMNS
 from ..wakeups import Subscribers
-from .connections import Connections, psycopg
+from .connections import ConnectionLost, Connections, psycopg
 from .fate import UnknownFate, ids_tokens
 from .gated import Limits, rolled_back_on_error
 from .inserts import Inserts, tuple_rows
@@ -54,6 +54,32 @@ def job_columns(alias: str) -> str:
     return ", ".join(
         f"extract(epoch FROM {prefix}{c})::float8 AS {c}" if c in TIMES else f"{prefix}{c}"
         for c in JOB_COLUMNS
+    )
+
+
+def fate_unknown(exc: Exception, specs: Sequence[JobSpec]) -> EnqueueFateUnknown:
+    """An enqueue whose commit was sent and whose answer never came."""
+    keys = tuple(s.unique_key for s in specs)
+    named = [k for k in keys if k is not None]
+    if len(keys) == 1:
+        what = "the job"
+        advice = (
+            f"enqueue it again with unique key {named[0]!r}: that returns it if it was stored"
+            if named
+            else "it has no unique key, so enqueueing it again may store it twice"
+        )
+    else:
+        what = f"the {len(keys)} jobs"
+        advice = (
+            f"enqueue them again with the same unique keys ({', '.join(map(repr, named))})"
+            if len(named) == len(keys)
+            else f"{len(keys) - len(named)} of them have no unique key and may be stored twice "
+            "if enqueued again"
+        )
+    return EnqueueFateUnknown(
+        f"{exc}; the connection was lost while {what} committed, so it is unknown whether "
+        f"{'it was' if len(keys) == 1 else 'they were'} stored: {advice}",
+        keys,
     )
 
 
@@ -143,16 +169,25 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         if connection is not None:
             # The caller's transaction: no commit here; NOTIFY goes out when it commits.
             return self._insert(connection, specs)
-        if len(specs) == 1 and specs[0].unique_key is None:
-            # One statement, its own transaction: row and wake-up commit in one round trip.
-            with self._db.single() as conn:
-                jobs = [self._insert_one(conn, specs[0])]
-        elif all(s.unique_key is None for s in specs):
-            with self._db.single() as conn:
-                jobs = self._insert_plain(conn, list(specs), self._now(), notify=True)
-        else:
-            with self._db.transaction() as conn:
-                jobs = self._insert(conn, specs)
+        committing = False  # every statement sent is one that commits (or the COMMIT)
+        try:
+            if len(specs) == 1 and specs[0].unique_key is None:
+                # One statement, its own transaction: row and wake-up commit in one round trip.
+                with self._db.single() as conn:
+                    committing = True
+                    jobs = [self._insert_one(conn, specs[0])]
+            elif all(s.unique_key is None for s in specs):
+                with self._db.single() as conn:
+                    committing = True
+                    jobs = self._insert_plain(conn, list(specs), self._now(), notify=True)
+            else:
+                with self._db.transaction() as conn:
+                    jobs = self._insert(conn, specs)
+                    committing = True  # the COMMIT goes out as the block ends
+        except ConnectionLost as exc:
+            if not committing:  # lost inside the transaction, before its COMMIT: rolled back
+                raise BrokerUnavailable(f"{exc} (nothing was stored)") from None
+            raise fate_unknown(exc, specs) from None
         self._subscribers.notify_local()
         return jobs
 
