@@ -9,7 +9,9 @@ network on purpose.
 - ``fail_commits(modes, marker)``: make the commit of the next transactions that carried
   ``marker`` (say, a string only acks send) end with the connection reset, its fate
   unknown to the client: ``"lost"`` drops the COMMIT before the server sees it (rolled
-  back), ``"committed"`` lets the server commit and swallows the reply. With
+  back), ``"committed"`` lets the server commit and swallows the reply; ``"silent"``
+  lets the server commit and then black-holes that connection (no reply, no reset: the
+  client hears nothing until ``restore()``). With
   ``then_block``, the server also "goes away" at that moment: every other connection is
   reset and new ones are refused until ``unblock()``, so the client cannot ask again.
 
@@ -27,7 +29,7 @@ from collections.abc import Iterable
 
 COMMIT = b"COMMIT\x00"  # the query text of a COMMIT, in a simple or extended-protocol message
 ROLLBACK = b"ROLLBACK\x00"
-FAULT_MODES = ("lost", "committed")
+FAULT_MODES = ("lost", "committed", "silent")
 
 
 def _set_reset_on_close(sock: socket.socket) -> None:
@@ -125,6 +127,9 @@ class _Link:
             return None  # the server never sees the COMMIT: the transaction rolls back
         if mode == "committed":
             self.swallow_reply = True  # the server commits; the client never hears so
+        if mode == "silent":
+            self.stall(up=True, down=True)  # before the reply can come back
+            proxy.fault_done(mode)
         return data
 
     def _downward(self, data: bytes) -> bytes | None:
