@@ -15,6 +15,7 @@ processes run jobs and two producers enqueue about 50 jobs a second. Afterwards:
 from __future__ import annotations
 
 import collections
+import logging
 import re
 import signal
 import threading
@@ -39,6 +40,7 @@ LEASE = 3.0
 JOB_SECONDS = 0.02
 MAX_BROKER_ERRORS = 3 * RESTARTS  # "broker error" lines one worker may log in the run
 MAX_ATTEMPTS_PER_WORKER = 25 * RESTARTS  # connection attempts through the proxy
+DEMOTED = ("error connecting in", "discarding", "reconnection attempt")  # psycopg_pool's
 
 
 @pytest.fixture
@@ -91,9 +93,10 @@ def broker_errors(log: str) -> int:
 
 
 def test_producers_and_workers_survive_immediate_restarts(
-    cluster: pgserver.Cluster, tmp_path: Path
+    cluster: pgserver.Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     began = time.monotonic()
+    caplog.set_level(logging.DEBUG, logger="psycopg")  # psycopg's own words, at any level
     url = f"{cluster.dsn}?schema=restarts"
     reader = App(broker=url)  # migrates the schema; reads at the end
     proxy = TcpProxy("127.0.0.1", cluster.port)
@@ -147,11 +150,21 @@ def test_producers_and_workers_survive_immediate_restarts(
         landed = len(every) - len(stored)  # jobs whose enqueue's fate was unknown, stored
         assert 0 <= landed <= kinds["EnqueueFateUnknown"], (landed, kinds)
 
+        # psycopg's pool said nothing above DEBUG, here or in the workers: each outage is
+        # sluicegate's own line (the pool's news stays visible at DEBUG).
+        loud = [
+            r
+            for r in caplog.records
+            if r.name.startswith("psycopg") and r.levelno >= logging.WARNING
+        ]
+        assert not loud, [r.getMessage() for r in loud]
+        demoted = [r for r in caplog.records if r.getMessage().startswith(DEMOTED)]
         for worker in workers:
             assert worker.alive(), worker.log()
             log = worker.log()
             assert broker_errors(log) <= MAX_BROKER_ERRORS, log
             assert "Traceback" not in log, log
+            assert not re.search(r" (WARNING|ERROR) psycopg", log), log
         attempts = proxy.accepted + proxy.refused
         assert attempts <= WORKERS * MAX_ATTEMPTS_PER_WORKER, (proxy.accepted, proxy.refused)
         for worker in workers:
@@ -164,7 +177,8 @@ def test_producers_and_workers_survive_immediate_restarts(
             f"unknown fate; producer errors: {dict(kinds) or 'none'}; slowest enqueue "
             f"{max(p.slowest for p in producers):.2f} s; worker connection attempts "
             f"{proxy.accepted} made + {proxy.refused} refused; broker errors logged per worker "
-            f"{[broker_errors(w.log()) for w in workers]}; {time.monotonic() - began:.0f} s"
+            f"{[broker_errors(w.log()) for w in workers]}; producers' pool warnings at DEBUG "
+            f"{len(demoted)}; {time.monotonic() - began:.0f} s"
         )
     finally:
         for producer in producers:

@@ -170,3 +170,18 @@ def test_demoted_records_still_show_at_debug() -> None:
         assert QuietPoolTrouble().filter(rec) is True and rec.levelname == "DEBUG"
     finally:
         logger.setLevel(old)
+
+
+def test_a_closed_connection_gets_a_ticket_that_never_fires() -> None:
+    class Lost:
+        @property
+        def socket(self) -> int:
+            raise OSError("the connection is lost")
+
+    class LostConn:
+        pgconn = Lost()
+
+    watchdog = Watchdog()
+    ticket = watchdog.watch(LostConn(), time.monotonic())
+    time.sleep(0.1)
+    assert watchdog.release(ticket) is False and watchdog.cuts == 0

@@ -120,7 +120,12 @@ class Watchdog:
         self.cuts = 0  # calls cut, ever (for tests and curious operators)
 
     def watch(self, conn: Any, deadline: float) -> Ticket:
-        ticket = Ticket(conn.pgconn.socket, deadline)
+        """Cut ``conn``'s socket at ``deadline`` unless released first. A connection that
+        is already closed gets a ticket that never fires (its next use fails anyway)."""
+        try:
+            ticket = Ticket(conn.pgconn.socket, deadline)
+        except Exception:  # psycopg: OperationalError, the connection is lost
+            return Ticket(-1, deadline, active=False)
         with self._lock:
             heap = self._heap
             while heap and not heap[0][2].active:  # calls over: keep the heap small
