@@ -133,6 +133,11 @@ class Task:
         self.pool = weakref.ref(pool)
 
 
+class Pipeline:
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+
 def record(level: int, msg: str, *args: Any) -> logging.LogRecord:
     return logging.LogRecord("psycopg.pool", level, __file__, 1, msg, args, None)
 
@@ -146,6 +151,7 @@ def test_pool_warnings_about_our_pools_go_down_to_debug() -> None:
         record(logging.WARNING, "rolling back returned connection: %s", Conn(ours)),
         record(logging.WARNING, "task run %s failed: %s: %s", Task(ours), "X", "boom"),
         record(logging.WARNING, "reconnection attempt in pool %r failed", ours.name),
+        record(logging.WARNING, "error ignored terminating %r: %s", Pipeline(Conn(ours)), "lost"),
     ]
     for rec in ours_too:
         assert quiet.filter(rec) is False, rec.msg  # DEBUG is off for psycopg.pool here
@@ -153,6 +159,7 @@ def test_pool_warnings_about_our_pools_go_down_to_debug() -> None:
     not_ours = [
         record(logging.WARNING, "error connecting in %r: %s", theirs.name, "refused"),
         record(logging.WARNING, "discarding closed connection: %s", Conn(theirs)),
+        record(logging.WARNING, "error ignored terminating %r: %s", Pipeline(Conn(theirs)), "x"),
         record(logging.WARNING, "something else"),
         record(logging.ERROR, "error connecting in %r: %s", ours.name, "refused"),
     ]

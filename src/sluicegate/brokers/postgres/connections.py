@@ -68,10 +68,12 @@ __all__ = [
 
 class QuietPoolTrouble(logging.Filter):
     """psycopg_pool warns at every failed connection attempt, every broken connection it
-    drops or rolls back, every reconnect it gives up and every maintenance task that fails:
+    drops or rolls back, every reconnect it gives up and every maintenance task that fails,
+    and psycopg at every pipeline or transaction it could not end on a broken connection:
     a flood in an outage, which sluicegate already reports in one line (and one when it
-    ends). Its warnings about sluicegate's own pools (named ``sluicegate-...``) go down to
-    DEBUG, where they stay visible to whoever asks for them; other pools' are untouched."""
+    ends). Their warnings about sluicegate's own pools (named ``sluicegate-...``) and
+    their connections go down to DEBUG, where they stay visible to whoever asks for them;
+    other pools' and connections' are untouched."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno != logging.WARNING or not self.about_ours(record):
@@ -82,11 +84,11 @@ class QuietPoolTrouble(logging.Filter):
     @staticmethod
     def about_ours(record: logging.LogRecord) -> bool:
         """Whether an argument names one of sluicegate's pools: the pool's name, a
-        connection taken from it (``_pool``), or a maintenance task of it (``pool``, a weak
-        reference)."""
+        connection taken from it (``_pool``) or a pipeline of such a connection (``_conn``),
+        or a maintenance task of the pool (``pool``, a weak reference)."""
         args = record.args if isinstance(record.args, tuple) else ()
         for arg in args:
-            pool = getattr(arg, "_pool", None)
+            pool = getattr(getattr(arg, "_conn", arg), "_pool", None)
             if pool is None and callable(ref := getattr(arg, "pool", None)):
                 with contextlib.suppress(TypeError):
                     pool = ref()
@@ -97,11 +99,13 @@ class QuietPoolTrouble(logging.Filter):
 
 
 def quiet_pool_logs() -> None:
-    """Install QuietPoolTrouble on psycopg's pool logger, once: when a pool is made, so that
-    importing sluicegate changes no one's logging."""
-    pool_log = logging.getLogger("psycopg.pool")
-    if not any(isinstance(f, QuietPoolTrouble) for f in pool_log.filters):
-        pool_log.addFilter(QuietPoolTrouble())
+    """Install QuietPoolTrouble on psycopg's and psycopg_pool's loggers, once: when a pool
+    is made, so that importing sluicegate changes no one's logging. (A logger's filter sees
+    only what is logged on that logger, not what its children pass up.)"""
+    for name in ("psycopg", "psycopg.pool"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, QuietPoolTrouble) for f in logger.filters):
+            logger.addFilter(QuietPoolTrouble())
 
 
 class ConnectionLost(BrokerUnavailable):
