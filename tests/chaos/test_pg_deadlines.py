@@ -121,6 +121,33 @@ def test_a_commit_whose_answer_never_comes_names_the_unique_key(
         app.close()
 
 
+def test_a_statement_that_waits_too_long_is_cancelled_by_the_server(db_url: str) -> None:
+    """A statement waiting on a row lock is cancelled by the server at its
+    statement_timeout (3/4 of call_timeout): a plain BrokerUnavailable (the statement
+    failed, nothing changed), and the connection stays in the pool, usable."""
+    app = App(broker=sg_brokers.rewrite(db_url, application_name=APP_NAME, call_timeout="1"))
+    try:
+        job = app.enqueue("t", args=[])
+        with sg_brokers.connect(db_url) as other, other.transaction():
+            other.execute(
+                f"SELECT 1 FROM {sg_brokers.schema_of(db_url)}.jobs WHERE id = %s FOR UPDATE",
+                (job.id,),
+            )
+            took, exc = timed(lambda: app.broker.cancel(job.id))
+        assert type(exc) is BrokerUnavailable, exc
+        assert "statement_timeout" in str(exc), exc
+        assert 0.7 <= took <= 1.0 + SLACK, took
+        assert app.get_job(job.id).state is JobState.READY
+        with sg_brokers.connect(db_url) as conn:
+            backends = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (APP_NAME,)
+            ).fetchone()[0]
+        assert backends == 1, backends  # the same connection, not a new one
+        assert app.broker.cancel(job.id).state is JobState.CANCELLED
+    finally:
+        app.close()
+
+
 def test_first_enqueue_after_the_server_ended_every_pooled_connection(db_url: str) -> None:
     """pg_terminate_backend of every pooled connection (what a restart or a failover does
     to them): the next enqueue succeeds the first time, and so does every one after it."""
