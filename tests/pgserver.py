@@ -3,7 +3,8 @@
 Order: ``SLUICEGATE_TEST_POSTGRES`` (a DSN) when set; else a throwaway cluster made with
 initdb/pg_ctl found on PATH or under /usr/lib/postgresql/*/bin; else None with a reason.
 With ``SLUICEGATE_REQUIRE_POSTGRES=1`` (CI), having no server is an error, not a skip.
-Each test gets its own schema (``fresh_url``), dropped afterwards.
+Each test gets its own schema (``fresh_url``), dropped afterwards. A test that restarts
+its server makes a ``Cluster`` of its own.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def required() -> bool:
     return os.environ.get(ENV_REQUIRE, "") not in ("", "0", "false", "no")
 
 
-def _find_binaries() -> str | None:
+def find_binaries() -> str | None:
+    """The folder of initdb and pg_ctl: on PATH, or the newest /usr/lib/postgresql/*/bin."""
     initdb = shutil.which("initdb")
     if initdb:
         return os.path.dirname(initdb)
@@ -43,45 +45,63 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _start_throwaway(bindir: str) -> str:
-    root = tempfile.mkdtemp(prefix="sluicegate-pg-")
-    data = os.path.join(root, "data")
-    port = _free_port()
-    run_as: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses to run as root: use the postgres account
-        run_as = ["runuser", "-u", "postgres", "--"]
-        shutil.chown(root, "postgres")
-    subprocess.run(
-        [*run_as, f"{bindir}/initdb", "-D", data, "-U", "postgres", "-A", "trust"],
-        check=True,
-        capture_output=True,
-    )
-    subprocess.run(
-        [
-            *run_as,
-            f"{bindir}/pg_ctl",
-            "-D",
-            data,
-            "-w",
-            "-l",
-            os.path.join(root, "log"),
-            "-o",
-            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off",
-            "start",
-        ],
-        check=True,
-        capture_output=True,
-    )
+class Cluster:
+    """A throwaway PostgreSQL cluster of one's own (initdb in a temporary folder, trust
+    authentication, fsync off), for the test run or for a test that stops or restarts its
+    server. ``start()`` makes and starts it; ``restart(mode)`` is ``pg_ctl restart``;
+    ``stop()`` stops it and removes the folder (also at exit)."""
 
-    def stop() -> None:
-        subprocess.run(
-            [*run_as, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"],
+    def __init__(self, bindir: str) -> None:
+        self.bindir = bindir
+        self.root = tempfile.mkdtemp(prefix="sluicegate-pg-")
+        self.data = os.path.join(self.root, "data")
+        self.log = os.path.join(self.root, "log")
+        self.port = _free_port()
+        self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self._run_as: list[str] = []
+        if os.geteuid() == 0:  # initdb refuses to run as root: use the postgres account
+            self._run_as = ["runuser", "-u", "postgres", "--"]
+            shutil.chown(self.root, "postgres")
+        self._stopped = False
+
+    def _pg_ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [*self._run_as, f"{self.bindir}/pg_ctl", "-D", self.data, *args],
+            check=check,
             capture_output=True,
         )
-        shutil.rmtree(root, ignore_errors=True)
 
-    atexit.register(stop)
-    return f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    def start(self) -> str:
+        subprocess.run(
+            [
+                *self._run_as,
+                f"{self.bindir}/initdb",
+                "-D",
+                self.data,
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._pg_ctl("-w", "-l", self.log, "-o", options, "start")
+        atexit.register(self.stop)
+        return self.dsn
+
+    def restart(self, mode: str = "immediate") -> None:
+        """``pg_ctl restart -m MODE``, waiting until the server accepts connections again
+        (the options of the first start are kept)."""
+        self._pg_ctl("-w", "-l", self.log, "-m", mode, "restart")
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self._pg_ctl("-m", "immediate", "stop", check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _unreachable(dsn: str) -> str | None:
@@ -106,11 +126,11 @@ def server() -> tuple[str | None, str]:
         if problem:
             return None, f"{ENV_DSN}={redacted(dsn)}: {problem}"
         return dsn, f"{ENV_DSN}"
-    bindir = _find_binaries()
+    bindir = find_binaries()
     if bindir is None:
         return None, f"no PostgreSQL: set {ENV_DSN} or put initdb/pg_ctl on PATH"
     try:
-        return _start_throwaway(bindir), f"throwaway cluster from {bindir}"
+        return Cluster(bindir).start(), f"throwaway cluster from {bindir}"
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", b"") or b""
         return (

@@ -4,6 +4,8 @@ from .app import App
 from .errors import (
     BrokerUnavailable,
     ConfigError,
+    EnqueueFateUnknown,
+    InvalidJobId,
     InvalidTransition,
     JobNotFound,
     LeaseLost,
@@ -18,7 +20,9 @@ __all__ = [
     "App",
     "BrokerUnavailable",
     "ConfigError",
+    "EnqueueFateUnknown",
     "ErrorInfo",
+    "InvalidJobId",
     "InvalidTransition",
     "Job",
     "JobId",

@@ -23,12 +23,37 @@ class JobNotFound(SluicegateError):
     """No job has the given id."""
 
 
+class InvalidJobId(JobNotFound, ValueError):
+    """The given job id is neither an integer nor an integer's decimal text, so no job can
+    have it. A JobNotFound (a web handler's 404 covers it) and a ValueError."""
+
+
 class InvalidTransition(SluicegateError):
     """The job's current state does not allow the requested change."""
 
 
 class BrokerUnavailable(SluicegateError):
-    """The broker's storage cannot be reached or opened."""
+    """The broker's storage cannot be reached or opened, or a call on it failed or timed
+    out. Raised by enqueue, the job is not stored (unless it is EnqueueFateUnknown)."""
+
+
+class EnqueueFateUnknown(BrokerUnavailable):
+    """The connection broke (or stopped answering) after an enqueue's commit was sent: the
+    jobs may or may not be stored, and nobody can tell until the server is asked again.
+
+    ``unique_keys``: each job's unique key (None for a job without one), in the order
+    given. Enqueueing the same jobs again with the same keys is safe: a key whose job is
+    stored and unfinished returns that job instead of a second one (``retry_is_safe``).
+    A job without a key, enqueued again, may be stored twice."""
+
+    def __init__(self, message: str, unique_keys: tuple[str | None, ...] = ()) -> None:
+        super().__init__(message)
+        self.unique_keys = unique_keys
+
+    @property
+    def retry_is_safe(self) -> bool:
+        """Every job had a unique key: enqueue them again, with the same keys."""
+        return bool(self.unique_keys) and None not in self.unique_keys
 
 
 class LeaseLost(SluicegateError):

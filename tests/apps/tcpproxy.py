@@ -9,7 +9,9 @@ network on purpose.
 - ``fail_commits(modes, marker)``: make the commit of the next transactions that carried
   ``marker`` (say, a string only acks send) end with the connection reset, its fate
   unknown to the client: ``"lost"`` drops the COMMIT before the server sees it (rolled
-  back), ``"committed"`` lets the server commit and swallows the reply. With
+  back), ``"committed"`` lets the server commit and swallows the reply; ``"silent"``
+  lets the server commit and then black-holes that connection (no reply, no reset: the
+  client hears nothing until ``restore()``). With
   ``then_block``, the server also "goes away" at that moment: every other connection is
   reset and new ones are refused until ``unblock()``, so the client cannot ask again.
 
@@ -27,7 +29,7 @@ from collections.abc import Iterable
 
 COMMIT = b"COMMIT\x00"  # the query text of a COMMIT, in a simple or extended-protocol message
 ROLLBACK = b"ROLLBACK\x00"
-FAULT_MODES = ("lost", "committed")
+FAULT_MODES = ("lost", "committed", "silent")
 
 
 def _set_reset_on_close(sock: socket.socket) -> None:
@@ -53,6 +55,29 @@ class _Link:
         self.pumps_left = 2
         self.marked = False  # this transaction sent the marker
         self.swallow_reply = False  # the COMMIT went through; drop its reply and reset
+        # Set while bytes flow in that direction (True: client to server); cleared by
+        # a black hole, which the pump of that direction then waits out.
+        self.flowing = {True: threading.Event(), False: threading.Event()}
+        for direction in (True, False):
+            self.flowing[direction].set()
+
+    def stall(self, up: bool, down: bool) -> None:
+        for direction, stalled in ((True, up), (False, down)):
+            if stalled:
+                self.flowing[direction].clear()
+
+    def resume(self) -> None:
+        for event in self.flowing.values():
+            event.set()
+
+    def _wait_flowing(self, upward: bool) -> bool:
+        """Hold what was read (data or the end) while this direction is black-holed;
+        False when the link was killed meanwhile."""
+        flowing = self.flowing[upward]
+        while not flowing.wait(0.05):
+            if self.dead:
+                return False
+        return True
 
     def start(self) -> None:
         for src, dst, upward in (
@@ -69,8 +94,8 @@ class _Link:
                 try:
                     data = src.recv(65536)
                 except OSError:
-                    break
-                if not data:
+                    data = b""
+                if not self._wait_flowing(upward) or not data:
                     break
                 data = self._upward(data) if upward else self._downward(data)
                 if data is None:
@@ -102,6 +127,9 @@ class _Link:
             return None  # the server never sees the COMMIT: the transaction rolls back
         if mode == "committed":
             self.swallow_reply = True  # the server commits; the client never hears so
+        if mode == "silent":
+            self.stall(up=True, down=True)  # before the reply can come back
+            proxy.fault_done(mode)
         return data
 
     def _downward(self, data: bytes) -> bytes | None:
@@ -165,6 +193,7 @@ class TcpProxy:
         self.cut_total = 0
         self._faults_under_way = 0
         self.faults_fired: list[str] = []  # faults done: the client's connection is gone
+        self._stall_new: tuple[bool, bool] | None = None  # a black hole's (up, down) for new links
         self._thread = threading.Thread(target=self._accept_loop, daemon=True, name="tcpproxy")
         self._thread.start()
 
@@ -183,6 +212,29 @@ class TcpProxy:
 
     def unblock(self) -> None:
         self._blocked = False
+
+    def blackhole(self, up: bool = True, down: bool = True, new_connections: bool = True) -> int:
+        """Forward nothing more in the chosen directions (connections stay open; see the
+        module's docstring); returns how many connections it caught."""
+        with self._lock:
+            links = list(self._links)
+            if new_connections:
+                self._stall_new = (up, down)
+        for link in links:
+            link.stall(up, down)
+        return len(links)
+
+    def restore(self) -> None:
+        """End a black hole: what waited is forwarded now, in order."""
+        with self._lock:
+            links = list(self._links)
+            self._stall_new = None
+        for link in links:
+            link.resume()
+
+    def connections(self) -> int:
+        with self._lock:
+            return len(self._links)
 
     def fail_commits(self, modes: Iterable[str], marker: bytes, then_block: bool = False) -> None:
         """Give the next COMMITs of transactions that sent ``marker`` an unknown fate."""
@@ -247,4 +299,6 @@ class TcpProxy:
             with self._lock:
                 self._links.add(link)
                 self.accepted += 1
+                if self._stall_new is not None:
+                    link.stall(*self._stall_new)
             link.start()

@@ -132,19 +132,31 @@ class Outage:
     def since(self, worker: WorkerProcess) -> str:
         return worker.log()[self.offsets[worker.pid] :]
 
+    # What a worker logs when its connections break, and when they are back: its LISTEN
+    # connection always notices; its broker calls only if one was under way (or a new
+    # connection could not be made), since a pooled connection found dead before use is
+    # replaced without a word.
+    TROUBLE = (
+        ("broker error", "broker reachable again"),
+        ("LISTEN connection lost", "LISTEN connection restored"),
+    )
+
     def noticed_by(self) -> list[WorkerProcess]:
-        return [w for w in self.workers if "broker error" in self.since(w)]
+        return [w for w in self.workers if any(lost in self.since(w) for lost, _ in self.TROUBLE)]
 
     def recovered(self, worker: WorkerProcess) -> bool:
+        """Each kind of trouble it logged is followed by its end."""
         text = self.since(worker)
-        return "broker reachable again" in text[text.rfind("broker error") :]
+        return all(
+            lost not in text or back in text[text.rfind(lost) :] for lost, back in self.TROUBLE
+        )
 
     def wait_noticed(self) -> None:
         """Until every worker has logged the outage."""
         wait_for(lambda: len(self.noticed_by()) == len(self.workers), timeout=20, what=self.report)
 
     def wait_recovered(self) -> None:
-        """Until every worker has logged that the broker is reachable again."""
+        """Until every worker has logged that the broker and its wake-ups are back."""
         wait_for(lambda: all(self.recovered(w) for w in self.workers), timeout=30, what=self.report)
 
     def check_logged_once(self, expect_all: bool = True) -> None:

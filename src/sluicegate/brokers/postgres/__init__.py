@@ -1,5 +1,6 @@
 """The PostgreSQL broker, in parts: ``url`` (options, redaction), ``connections`` (pools,
-error translation, quiet pool logs), ``listener`` (LISTEN/NOTIFY wake-ups), ``fate``
+checkout, error translation, quiet pool logs), ``deadlines`` (how long a call may take,
+and the watchdog that ends it), ``listener`` (LISTEN/NOTIFY wake-ups), ``fate``
 (writes of unknown fate), ``inserts`` (rows in), ``gated`` (limits: the gated claim and
 the limit verbs) and ``broker`` (the verbs). Importing this package needs no psycopg;
 opening a broker does."""

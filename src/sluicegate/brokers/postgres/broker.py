@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ...codec import dumps
-from ...errors import BrokerUnavailable, ConfigError, LeaseLost
+from ...errors import BrokerUnavailable, ConfigError, EnqueueFateUnknown, LeaseLost
 from ...job import Claim, Job, JobId, JobSpec, JobState, in_claim_order
 from ...limits import local_host
 from ..base import (
@@ -36,7 +36,7 @@ from ..base import (
 from ..sqlbase import Row, SQLBroker, fold_stats, matched, worker_params, worker_records
 from ..sqlfiles import JOB_COLUMNS, Query
 from ..wakeups import Subscribers
-from .connections import Connections, psycopg
+from .connections import ConnectionLost, Connections, psycopg
 from .fate import UnknownFate, ids_tokens
 from .gated import Limits, rolled_back_on_error
 from .inserts import Inserts, tuple_rows
@@ -59,8 +59,30 @@ def job_columns(alias: str) -> str:
     )
 
 
-def _fits_bigint(job_id: int) -> bool:
-    return -(2**63) <= job_id < 2**63
+def fate_unknown(exc: Exception, specs: Sequence[JobSpec]) -> EnqueueFateUnknown:
+    """An enqueue whose commit was sent and whose answer never came."""
+    keys = tuple(s.unique_key for s in specs)
+    named = [k for k in keys if k is not None]
+    if len(keys) == 1:
+        what = "the job"
+        advice = (
+            f"enqueue it again with unique key {named[0]!r}: that returns it if it was stored"
+            if named
+            else "it has no unique key, so enqueueing it again may store it twice"
+        )
+    else:
+        what = f"the {len(keys)} jobs"
+        advice = (
+            f"enqueue them again with the same unique keys ({', '.join(map(repr, named))})"
+            if len(named) == len(keys)
+            else f"{len(keys) - len(named)} of them have no unique key and may be stored twice "
+            "if enqueued again"
+        )
+    return EnqueueFateUnknown(
+        f"{exc}; the connection was lost while {what} committed, so it is unknown whether "
+        f"{'it was' if len(keys) == 1 else 'they were'} stored: {advice}",
+        keys,
+    )
 
 
 class PostgresBroker(Inserts, Limits, SQLBroker):
@@ -114,7 +136,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         return {"schema": self.settings.quoted_schema}
 
     def _migration_transaction(self) -> contextlib.AbstractContextManager[Any]:
-        return self._db.transaction()
+        return self._db.unbounded()  # DDL on a large table, or waiting for another migrator
 
     def _prepare_migration(self, conn: Any) -> None:
         """An advisory lock per schema serialises migrators (many processes may start at
@@ -153,16 +175,25 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         if connection is not None:
             # The caller's transaction: no commit here; NOTIFY goes out when it commits.
             return self._insert(connection, specs)
-        if len(specs) == 1 and specs[0].unique_key is None:
-            # One statement, its own transaction: row and wake-up commit in one round trip.
-            with self._db.single() as conn:
-                jobs = [self._insert_one(conn, specs[0])]
-        elif all(s.unique_key is None for s in specs):
-            with self._db.single() as conn:
-                jobs = self._insert_plain(conn, list(specs), self._now(), notify=True)
-        else:
-            with self._db.transaction() as conn:
-                jobs = self._insert(conn, specs)
+        committing = False  # every statement sent is one that commits (or the COMMIT)
+        try:
+            if len(specs) == 1 and specs[0].unique_key is None:
+                # One statement, its own transaction: row and wake-up commit in one round trip.
+                with self._db.single() as conn:
+                    committing = True
+                    jobs = [self._insert_one(conn, specs[0])]
+            elif all(s.unique_key is None for s in specs):
+                with self._db.single() as conn:
+                    committing = True
+                    jobs = self._insert_plain(conn, list(specs), self._now(), notify=True)
+            else:
+                with self._db.transaction() as conn:
+                    jobs = self._insert(conn, specs)
+                    committing = True  # the COMMIT goes out as the block ends
+        except ConnectionLost as exc:
+            if not committing:  # lost inside the transaction, before its COMMIT: rolled back
+                raise BrokerUnavailable(f"{exc} (nothing was stored)") from None
+            raise fate_unknown(exc, specs) from None
         self._subscribers.notify_local()
         return jobs
 
@@ -184,6 +215,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
 
         A plain claim that promoted due jobs of its queues claims nothing (see the claim
         statement); the second statement, without promoting, sees them committed."""
+        self._db.expect_lease(lease)
         if n <= 0 or not queues:
             return ClaimBatch()
         wanted = tuple(dict.fromkeys(queues))
@@ -269,6 +301,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         return done
 
     def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
+        self._db.expect_lease(lease)
         if not claims:
             return []
         query = self._queries["heartbeat"]
@@ -342,7 +375,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         Commits or rolls back with the caller's writes; LeaseLost if the token is stale."""
         query = self._queries["ack"]
         params = {**ids_tokens([claim]), "results": [result_json], "now": self._now()}
-        with tuple_rows(connection) as cur:
+        with self._db.bounded(connection), tuple_rows(connection) as cur:
             done = matched(query, cur.execute(query, params).fetchall())
         if claim not in done:
             raise LeaseLost(claim.job_id, claim.token)
@@ -353,8 +386,6 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
 
     # ---- operator actions ---------------------------------------------------------------
     def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:
-        if not _fits_bigint(job_id):
-            return None, None
         get = self._queries["get_job"]
         with self._db.transaction() as conn:
             params = {"id": job_id, "now": self._now()}
@@ -372,9 +403,6 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
 
     def _listing(self) -> contextlib.AbstractContextManager[Any]:
         return self._db.custom_plans()  # the filter decides which partial index fits
-
-    def _may_exist(self, job_id: int) -> bool:
-        return _fits_bigint(job_id)
 
     def stats(self) -> Stats:
         counts, ages = self._queries["count_by_queue_state"], self._queries["oldest_ready"]

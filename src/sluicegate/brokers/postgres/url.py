@@ -10,11 +10,11 @@ from ...errors import ConfigError
 from ..sqlbase import UrlOptions
 
 SCHEMA_PATTERN = re.compile(r"[a-z_][a-z0-9_]{0,49}")
-OUR_OPTIONS = {"schema", "migrate", "pool_max", "poll_interval"}
+OUR_OPTIONS = {"schema", "migrate", "pool_max", "poll_interval", "call_timeout"}
 
 
 def parse_postgres_url(url: str) -> tuple[str, dict[str, str]]:
-    """Split sluicegate's own options (schema, migrate, pool_max, poll_interval) off a DSN."""
+    """Split sluicegate's own options (OUR_OPTIONS: schema, migrate, ...) off a DSN."""
     parts = urlsplit(url)
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     ours = {k: v for k, v in pairs if k in OUR_OPTIONS}
@@ -64,6 +64,7 @@ class Settings:
     pool_max: int
     poll_interval: float
     migrate: bool
+    call_timeout: float | None  # None: automatic (a third of the lease, see deadlines.py)
 
     @classmethod
     def from_url(cls, url: str) -> Settings:
@@ -75,6 +76,7 @@ class Settings:
             pool_max=options.number("pool_max", 4, int, least=1),
             poll_interval=options.number("poll_interval", 1.0, float, above=0),
             migrate=options.boolean("migrate", True),
+            call_timeout=options.number("call_timeout", None, float, above=0),
         )
 
     @property
