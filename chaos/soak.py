@@ -127,6 +127,7 @@ class Fault:
     until: float  # wall time the fault ended (== at for instant ones)
     pid: int | None = None
     held: list[tuple[int, int]] = field(default_factory=list)  # (job id, attempt) at the time
+    asked: float = 0.0  # when ``held`` was read (a job may end between that and the signal)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -265,19 +266,20 @@ class Soak:
             if not live:
                 return
             worker = rng.choice(live)
+            asked = time.time()
             held = self.held_by(worker.pid)
             at = time.time()
             if kind == "sigkill":
                 worker.send(signal.SIGKILL)
                 worker.proc.wait(30)
                 self.killed.add(worker.pid)
-                self.faults.append(Fault(kind, at, at, worker.pid, held))
+                self.faults.append(Fault(kind, at, at, worker.pid, held, asked))
                 self.start_worker()
             else:
                 worker.send(signal.SIGSTOP)
                 time.sleep(rng.uniform(1.0, 6.0))
                 worker.send(signal.SIGCONT)
-                self.faults.append(Fault(kind, at, time.time(), worker.pid, held))
+                self.faults.append(Fault(kind, at, time.time(), worker.pid, held, asked))
         elif kind == "cut":
             at = time.time()
             self.proxy.cut()
@@ -461,7 +463,9 @@ class Soak:
                     if t >= fault.at and (p != fault.pid or a > attempt)
                 ]
                 candidates += [
-                    t for a, p, t in ends.get(job_id, []) if t >= fault.at and p == fault.pid
+                    max(t, fault.at)
+                    for a, p, t in ends.get(job_id, [])
+                    if t >= fault.asked and p == fault.pid
                 ]
                 if not candidates:
                     unrecovered += 1
