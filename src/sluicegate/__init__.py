@@ -2,6 +2,7 @@
 
 from .app import App
 from .errors import (
+    BrokerBusy,
     BrokerUnavailable,
     ConfigError,
     InvalidTransition,
@@ -9,6 +10,7 @@ from .errors import (
     LeaseLost,
     SerializationError,
     SluicegateError,
+    StorageFull,
     UnknownTask,
 )
 from .job import ErrorInfo, Job, JobId, JobState
@@ -16,6 +18,7 @@ from .task import Task
 
 __all__ = [
     "App",
+    "BrokerBusy",
     "BrokerUnavailable",
     "ConfigError",
     "ErrorInfo",
@@ -27,6 +30,7 @@ __all__ = [
     "LeaseLost",
     "SerializationError",
     "SluicegateError",
+    "StorageFull",
     "Task",
     "UnknownTask",
 ]

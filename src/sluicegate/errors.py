@@ -28,7 +28,18 @@ class InvalidTransition(SluicegateError):
 
 
 class BrokerUnavailable(SluicegateError):
-    """The broker's storage cannot be reached or opened."""
+    """The broker's storage cannot be reached, opened or written just now; what was being
+    written was not stored. Workers treat it as an outage: they back off and retry."""
+
+
+class BrokerBusy(BrokerUnavailable):
+    """Another connection held the storage's write lock for longer than this process waits
+    for it (SQLite: the URL's ``busy_timeout``). Nothing was written; try again later."""
+
+
+class StorageFull(BrokerUnavailable):
+    """The storage has no room for the write: a full disk, or the SQLite database at its
+    ``max_pages`` cap. Nothing was written; it succeeds again once space is freed."""
 
 
 class LeaseLost(SluicegateError):
