@@ -144,6 +144,7 @@ def test_threads_of_one_process_share_the_busy_timeout(path: Path) -> None:
             for thread in threads:
                 thread.join(10)
         assert len(errors) == 4 and all(isinstance(e, BrokerBusy) for e in errors), errors
+        assert all("is locked by" in str(e) for e in errors), errors
         assert max(times) < 0.3 + 1.0, times  # not 4 x 0.3 s in a row
         assert stored(path) == 0
     finally:

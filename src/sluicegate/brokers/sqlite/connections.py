@@ -159,8 +159,8 @@ class Connections:
         began = time.monotonic()
         if not self._write_lock.acquire(timeout=self._busy_ms / 1000):
             raise BrokerBusy(
-                f"SQLite database {self.path!r}: this process's other writers held it for "
-                f"longer than busy_timeout={self._busy_ms} ms"
+                f"SQLite database {self.path!r} is locked by this process's other writers "
+                f"(waited busy_timeout={self._busy_ms} ms)"
             )
         try:
             conn = self._writer
