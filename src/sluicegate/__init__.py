@@ -2,6 +2,7 @@
 
 from .app import App
 from .errors import (
+    BrokerBusy,
     BrokerUnavailable,
     ConfigError,
     EnqueueFateUnknown,
@@ -11,6 +12,7 @@ from .errors import (
     LeaseLost,
     SerializationError,
     SluicegateError,
+    StorageFull,
     UnknownTask,
 )
 from .job import ErrorInfo, Job, JobId, JobState
@@ -18,6 +20,7 @@ from .task import Task
 
 __all__ = [
     "App",
+    "BrokerBusy",
     "BrokerUnavailable",
     "ConfigError",
     "EnqueueFateUnknown",
@@ -31,6 +34,7 @@ __all__ = [
     "LeaseLost",
     "SerializationError",
     "SluicegateError",
+    "StorageFull",
     "Task",
     "UnknownTask",
 ]

@@ -33,8 +33,9 @@ class InvalidTransition(SluicegateError):
 
 
 class BrokerUnavailable(SluicegateError):
-    """The broker's storage cannot be reached or opened, or a call on it failed or timed
-    out. Raised by enqueue, the job is not stored (unless it is EnqueueFateUnknown)."""
+    """The broker's storage cannot be reached, opened or written just now, or a call on it
+    failed or timed out; what was being written was not stored (unless this is
+    EnqueueFateUnknown). Workers treat it as an outage: they back off and retry."""
 
 
 class EnqueueFateUnknown(BrokerUnavailable):
@@ -54,6 +55,16 @@ class EnqueueFateUnknown(BrokerUnavailable):
     def retry_is_safe(self) -> bool:
         """Every job had a unique key: enqueue them again, with the same keys."""
         return bool(self.unique_keys) and None not in self.unique_keys
+
+
+class BrokerBusy(BrokerUnavailable):
+    """Another connection held the storage's write lock for longer than this process waits
+    for it (SQLite: the URL's ``busy_timeout``). Nothing was written; try again later."""
+
+
+class StorageFull(BrokerUnavailable):
+    """The storage has no room for the write: a full disk, or the SQLite database at its
+    ``max_pages`` cap. Nothing was written; it succeeds again once space is freed."""
 
 
 class LeaseLost(SluicegateError):

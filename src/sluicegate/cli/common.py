@@ -15,7 +15,13 @@ import click
 from ..app import BROKER_ENV, App, default_broker_url
 from ..brokers.base import DAY, Retention
 from ..config import Settings, load_settings
-from ..errors import ConfigError, InvalidTransition, JobNotFound, SluicegateError
+from ..errors import (
+    BrokerUnavailable,
+    ConfigError,
+    InvalidTransition,
+    JobNotFound,
+    SluicegateError,
+)
 from ..loading import load_app
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,13 +46,15 @@ def fail(message: str, code: int = EXIT_USAGE) -> None:
 
 
 def friendly_errors(fn: F) -> F:
-    """Turn expected errors into one stderr line and an exit status, never a traceback."""
+    """Turn expected errors into one stderr line and an exit status, never a traceback:
+    1 when the command could not be done (no such job, a refused change, the broker
+    unavailable, busy or full just now), 2 for bad input or settings."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (JobNotFound, InvalidTransition) as exc:
+        except (JobNotFound, InvalidTransition, BrokerUnavailable) as exc:
             fail(str(exc), EXIT_FAILURE)
         except SluicegateError as exc:
             fail(str(exc), EXIT_USAGE)

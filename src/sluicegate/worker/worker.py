@@ -134,6 +134,7 @@ class Worker:
         self.results.on_tokens_freed = self._tokens_freed
         for claimer in self.claimers:
             claimer.ended_claims = self.results.ended_limited
+            claimer.held_back = lambda: self.results.failing
             if metrics:
                 claimer.on_claimed = self.metrics.claimed
         self.health = HealthCheck(

@@ -60,6 +60,7 @@ from .connections import SYNC_MODES, Connections, parse_sqlite_url
 from .watch import Watcher
 
 MAX_GROUPS = 1000  # groups of equal needs a claim visits per queue (see gated_groups)
+WAL_LIMIT_MB = 32.0  # default wal_limit_mb: a WAL file past it is checkpointed and truncated
 
 
 def job_columns(table: str) -> str:
@@ -81,13 +82,15 @@ class SQLiteBroker(SQLBroker):
         sync = options.choice("synchronous", "full", SYNC_MODES)
         busy_ms = options.number("busy_timeout", 10_000, int, least=0)
         self.poll_interval = options.number("poll_interval", 0.005, float, above=0)
+        max_pages = options.number("max_pages", 0, int, least=0) or None
+        wal_limit_mb = options.number("wal_limit_mb", WAL_LIMIT_MB, float, least=0)
         self._clock = clock
         self._load_queries({"job_columns": job_columns})
         self._limit_rows = LimitRows(self._queries)
         self._group_cursor: dict[str, str] = {}  # queue -> where the next group scan starts
         at = self._queries["ready_of_queue"].at
         self._claim_order = itemgetter(at["priority"], at["run_at"], at["id"])
-        self._db = Connections(self.path, sync, busy_ms)
+        self._db = Connections(self.path, sync, busy_ms, max_pages, int(wal_limit_mb * 1e6))
         self.migrations_applied: list[int] = []
         self.migrate()
         self._db.open_reader()
@@ -103,6 +106,15 @@ class SQLiteBroker(SQLBroker):
         return os.path.realpath(self.path) + ".workers"
 
     # ---- migrations and closing ------------------------------------------
+    def migrate(self) -> list[int]:
+        """An up-to-date schema is read without the write lock, so opening a broker (a
+        producer, a CLI command) never waits behind another process's write."""
+        latest = max((m.version for m in self._migrations()), default=0)
+        with self._db.peek() as conn:
+            if self._schema_version(conn) >= latest:
+                return []
+        return super().migrate()
+
     def _migration_transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         return self._db.write()  # BEGIN IMMEDIATE: other migrators wait for the write lock
 

@@ -53,6 +53,9 @@ class Claimer(Service):
         # This worker's claims whose bodies ended with outcomes unwritten: their limit
         # tokens count as free in the next claim (the result writer's ended_limited).
         self.ended_claims: Callable[[], list[Claim]] | None = None
+        # True while this worker cannot write its outcomes (the result writer is
+        # failing: a full disk, a lock held elsewhere): no new work until it can.
+        self.held_back: Callable[[], bool] | None = None
         self.wake_gen = 0
         self.attempted_at = time.monotonic()  # the last claim call, for the health check
         self.on_claimed: Callable[[str, int, float], None] | None = None  # pool, jobs, latency
@@ -75,8 +78,8 @@ class Claimer(Service):
             self.pool.maybe_more = True
 
     def due_in(self, now: float) -> float | None:
-        if self.halted:
-            return None
+        if self.halted or (self.held_back is not None and self.held_back()):
+            return None  # looked at again each turn: the writer's success ends it
         if self.pool.free > 0 and self.pool.maybe_more:
             return 0.0
         if self.next_due is not None:

@@ -2,8 +2,9 @@
 
 Starts arrive from executor threads, outcomes from the loop. A failed write puts
 the whole batch back in front of what came since, in order, so nothing is lost and
-the next flush retries it. Outcomes of jobs whose lease was lost are refused by
-the broker's fencing, never applied.
+the next flush retries it (after the shared backoff); until one gets through the
+writer is ``failing``, and the worker's claimers take no new work. Outcomes of jobs
+whose lease was lost are refused by the broker's fencing, never applied.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class ResultWriter(Service):
         # Told what each write recorded and which of it the broker refused (signals).
         self.on_written: Callable[[Sequence[Outcome], set[Claim]], None] | None = None
         self._rung_at = -RING_INTERVAL  # when other workers were last woken (monotonic)
+        self.failing = False  # the last write failed: its batch waits to be written again
         self._ring_at: float | None = None  # a wake-up of other workers is owed by then
 
     def holds_tokens(self, claim: Claim) -> None:
@@ -113,8 +115,10 @@ class ResultWriter(Service):
             lost = self.broker.record(started, outcomes)
         except Exception as exc:
             self._put_back(started, outcomes)
+            self.failing = True
             self.backoff.failed(exc)
             return
+        self.failing = False
         self.backoff.ok()
         self._recorded(outcomes, lost)
 
