@@ -4,6 +4,7 @@ from .app import App
 from .errors import (
     BrokerUnavailable,
     ConfigError,
+    InvalidJobId,
     InvalidTransition,
     JobNotFound,
     LeaseLost,
@@ -19,6 +20,7 @@ __all__ = [
     "BrokerUnavailable",
     "ConfigError",
     "ErrorInfo",
+    "InvalidJobId",
     "InvalidTransition",
     "Job",
     "JobId",

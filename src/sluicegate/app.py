@@ -350,8 +350,10 @@ class App:
         )
 
     # ---- reading -------------------------------------------------------------------
-    def get_job(self, job_id: int) -> Job:
-        """A fresh read of one job from the broker."""
+    def get_job(self, job_id: int | str) -> Job:
+        """A fresh read of one job from the broker. The id may be its decimal text (from a
+        URL, say); JobNotFound if there is no such job (InvalidJobId, a subclass, if the
+        text is not an integer's)."""
         job = self.broker.get_job(job_id)
         if job is None:
             raise JobNotFound(f"job {job_id} not found")

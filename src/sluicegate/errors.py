@@ -23,6 +23,11 @@ class JobNotFound(SluicegateError):
     """No job has the given id."""
 
 
+class InvalidJobId(JobNotFound, ValueError):
+    """The given job id is neither an integer nor an integer's decimal text, so no job can
+    have it. A JobNotFound (a web handler's 404 covers it) and a ValueError."""
+
+
 class InvalidTransition(SluicegateError):
     """The job's current state does not allow the requested change."""
 

@@ -7,11 +7,31 @@ This module does no I/O. Brokers ask it which states an event may start from
 from __future__ import annotations
 
 import dataclasses
+import operator
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NewType
 
+from .errors import InvalidJobId
+
 JobId = NewType("JobId", int)
+_DECIMAL = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
+def job_id_of(value: object) -> JobId:
+    """A job id from what a caller passed: an integer, or its decimal text (an id taken
+    from a URL or a form, ``"42"``). Anything else (``"abc"``, ``4.2``, ``True``) raises
+    InvalidJobId, the same on every broker."""
+    if isinstance(value, str):
+        if _DECIMAL.fullmatch(value):
+            return JobId(int(value))
+    elif not isinstance(value, bool):
+        try:
+            return JobId(operator.index(value))  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise InvalidJobId(f"no job has id {value!r}: a job id is an integer or its decimal text")
 
 
 class JobState(StrEnum):

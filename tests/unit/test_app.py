@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from sluicegate import App, ConfigError, JobNotFound, JobState, SerializationError, Task
+from sluicegate import (
+    App,
+    ConfigError,
+    InvalidJobId,
+    JobNotFound,
+    JobState,
+    SerializationError,
+    Task,
+)
 from sluicegate.brokers import broker_from_url
 from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.retry import RetryPolicy
@@ -410,6 +418,16 @@ def test_payload_over_the_limit_is_refused(tmp_path: Path) -> None:
 def test_get_job_of_a_missing_id(app: App) -> None:
     with pytest.raises(JobNotFound, match="job 999 not found"):
         app.get_job(999)
+
+
+def test_get_job_by_its_text(app: App) -> None:
+    """A web handler passes the id from its URL as it came: text."""
+    job = app.enqueue("t", args=[])
+    assert app.get_job(str(job.id)) == job
+    with pytest.raises(InvalidJobId, match=r"no job has id 'abc': a job id is an integer"):
+        app.get_job("abc")
+    with pytest.raises(JobNotFound, match="job 999 not found"):
+        app.get_job("999")
 
 
 def test_get_job_is_a_fresh_read(app: App) -> None:

@@ -362,11 +362,12 @@ class Broker(ABC):
 
     # ---- operator actions ----------------------------------------------
     @abstractmethod
-    def cancel(self, job_id: int) -> Job:
-        """Cancel a non-terminal job. Raises JobNotFound or InvalidTransition."""
+    def cancel(self, job_id: int | str) -> Job:
+        """Cancel a non-terminal job. Raises JobNotFound or InvalidTransition (and
+        InvalidJobId for an id that is not an integer or its decimal text: ``job_id_of``)."""
 
     @abstractmethod
-    def retry(self, job_id: int) -> Job:
+    def retry(self, job_id: int | str) -> Job:
         """Bring a dead or cancelled job back to ready with a fresh attempt budget."""
 
     @abstractmethod
@@ -410,7 +411,9 @@ class Broker(ABC):
 
     # ---- read side -----------------------------------------------------
     @abstractmethod
-    def get_job(self, job_id: int) -> Job | None: ...
+    def get_job(self, job_id: int | str) -> Job | None:
+        """The job, or None. An id may be given as its decimal text ("42"); any other
+        text raises InvalidJobId (``job.job_id_of``), the same on every broker."""
 
     @abstractmethod
     def list_jobs(

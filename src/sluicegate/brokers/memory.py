@@ -26,6 +26,7 @@ from ..job import (
     apply,
     can_apply,
     initial_state,
+    job_id_of,
 )
 from ..limits import (
     Bucket,
@@ -458,12 +459,14 @@ class MemoryBroker(Broker):
             raise refusal(event, job_id, job.state.value if job else None)
         return job
 
-    def cancel(self, job_id: int) -> Job:
+    def cancel(self, job_id: int | str) -> Job:
+        job_id = job_id_of(job_id)
         with self._lock:
             job = self._get(job_id, Event.CANCEL)
             return self._set(job, Event.CANCEL, finished_at=self._clock(), lease_expires_at=None)
 
-    def retry(self, job_id: int) -> Job:
+    def retry(self, job_id: int | str) -> Job:
+        job_id = job_id_of(job_id)
         with self._lock:
             job = self._get(job_id, Event.REVIVE)
             if job.unique_key is not None and any(
@@ -498,9 +501,10 @@ class MemoryBroker(Broker):
         return len(doomed)
 
     # ---- read side --------------------------------------------------------------
-    def get_job(self, job_id: int) -> Job | None:
+    def get_job(self, job_id: int | str) -> Job | None:
+        job_id = job_id_of(job_id)
         with self._lock:
-            return self._jobs.get(JobId(job_id))
+            return self._jobs.get(job_id)
 
     def list_jobs(
         self, state: JobState | None = None, queue: str | None = None, limit: int = 100

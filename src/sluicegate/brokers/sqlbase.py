@@ -22,7 +22,7 @@ from typing import Any, ClassVar, TypeVar
 
 from ..codec import dumps, loads
 from ..errors import ConfigError
-from ..job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobState
+from ..job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobState, job_id_of
 from ..limits import Bucket, Key, Limit, decode_needs
 from ..outcomes import Outcome
 from . import base
@@ -333,9 +333,10 @@ class SQLBroker(Broker):
 
     def _may_exist(self, job_id: int) -> bool:
         """False for an id the storage cannot hold (asked before any query)."""
-        return True
+        return -MAX_ID - 1 <= job_id <= MAX_ID
 
-    def get_job(self, job_id: int) -> Job | None:
+    def get_job(self, job_id: int | str) -> Job | None:
+        job_id = job_id_of(job_id)
         if not self._may_exist(job_id):
             return None
         with self._reading() as conn:
@@ -412,10 +413,11 @@ class SQLBroker(Broker):
         """One transaction, one statement per non-empty group; returns the lost claims."""
 
     # ---- operator actions ----------------------------------------------------------------
-    def cancel(self, job_id: int) -> Job:
-        return self._operator_action(Event.CANCEL, job_id)
+    def cancel(self, job_id: int | str) -> Job:
+        return self._operator_action(Event.CANCEL, job_id_of(job_id))
 
-    def retry(self, job_id: int) -> Job:
+    def retry(self, job_id: int | str) -> Job:
+        job_id = job_id_of(job_id)
         try:
             job = self._operator_action(Event.REVIVE, job_id)
         except self.unique_violation:
@@ -425,6 +427,8 @@ class SQLBroker(Broker):
 
     def _operator_action(self, event: Event, job_id: int) -> Job:
         query = "cancel" if event is Event.CANCEL else "revive"
+        if not self._may_exist(job_id):
+            raise refusal(event, job_id, None)
         row, current = self._apply_one(query, job_id)
         if row is None:
             raise refusal(event, job_id, current)

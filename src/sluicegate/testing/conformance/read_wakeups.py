@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from ...brokers.base import Broker
+from ...errors import InvalidJobId, JobNotFound
 from .. import BrokerKind, FakeClock
 from .helpers import BOOM, S, get, make_state, put, suite, take
 
@@ -17,6 +18,24 @@ from .helpers import BOOM, S, get, make_state, put, suite, take
 class TestRead:
     def test_get_job_of_unknown_id(self, broker: Broker) -> None:
         assert broker.get_job(123456) is None
+
+    def test_job_ids_as_text(self, broker: Broker, clock: FakeClock) -> None:
+        """An id taken from a URL or a form is text: its decimal text finds the job, on
+        every broker; text that is no integer's is refused with a clear error."""
+        job = put(broker)
+        assert broker.get_job(str(job.id)) == broker.get_job(job.id) == job
+        assert broker.get_job(f" {job.id}\n") == job
+        assert broker.get_job("123456") is None
+        assert broker.get_job(str(2**70)) is None  # no storage holds it: simply not found
+        for bad in ("abc", "", "1.0", "0x1", str(job.id) + "a", 1.0, True, None, [job.id]):
+            with pytest.raises(InvalidJobId, match="a job id is an integer"):
+                broker.get_job(bad)  # type: ignore[arg-type]
+            with pytest.raises(JobNotFound):  # what a web handler's 404 may catch
+                broker.cancel(bad)  # type: ignore[arg-type]
+            with pytest.raises(ValueError):
+                broker.retry(bad)  # type: ignore[arg-type]
+        assert broker.cancel(str(job.id)).state is S.CANCELLED
+        assert broker.retry(str(job.id)).state is S.READY
 
     def test_list_jobs_filters_and_limits(self, broker: Broker, clock: FakeClock) -> None:
         a1 = put(broker, queue="a")
