@@ -33,8 +33,9 @@ as ``spec``, ``put``, ``take`` and ``make_state`` for cases of your own), ``enqu
 ``record_lease`` (record, fencing, heartbeat and release), ``recovery_actions`` (recovery,
 cancel, retry), ``read_wakeups`` (read side, subscribe, reopening), ``limits`` (dependency
 limits: concurrency, rate, scope, partitions, overrides), ``registry`` (the worker
-registry, queue depths and arrivals), ``races`` (threads and processes) and
-``reference_model`` (random operations against the reference broker).
+registry, queue depths and arrivals), ``races`` (threads and processes claiming and
+recovering), ``lifecycle_races`` (an outcome against lease expiry, cancel against claim and
+backoff, retry against retry: thousands of jobs each) and ``reference_model`` (random operations against the reference broker).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from __future__ import annotations
 from . import (
     enqueue_claim,
     helpers,
+    lifecycle_races,
     limits,
     races,
     read_wakeups,
@@ -61,6 +63,7 @@ from .helpers import put as put
 from .helpers import spec as spec
 from .helpers import state as state
 from .helpers import take as take
+from .lifecycle_races import *  # noqa: F403
 from .limits import *  # noqa: F403
 from .races import *  # noqa: F403
 from .read_wakeups import *  # noqa: F403
@@ -79,5 +82,6 @@ __all__ = [
     *limits.__all__,
     *registry.__all__,
     *races.__all__,
+    *lifecycle_races.__all__,
     *reference_model.__all__,
 ]
