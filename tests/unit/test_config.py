@@ -141,7 +141,11 @@ ERRORS = [
     # (config text, key named, problem named)
     ("workers = 3", "workers", "unknown key"),
     ('lease = "30"', "lease", "must be a number"),
-    ("lease = 0", "lease", "must be a number >= 0.001"),
+    ("lease = 0", "lease", "must be a number of seconds from 0.5 to 86400, not 0"),
+    ("lease = 0.001", "lease", "must be a number of seconds from 0.5 to 86400, not 0.001"),
+    ("lease = 1e9", "lease", "must be a number of seconds from 0.5 to 86400, not 1000000000.0"),
+    ("lease = nan", "lease", "must be a number of seconds from 0.5 to 86400, not nan"),
+    ("shutdown_timeout = inf", "shutdown_timeout", "must be a number >= 0, not inf"),
     ("lease = true", "lease", "must be a number"),
     ("shutdown_timeout = -1", "shutdown_timeout", "must be a number >= 0"),
     ("broker = 5", "broker", "must be a string"),
