@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sluicegate import App, ConfigError, InvalidJobId, JobNotFound, JobState, SerializationError
 from sluicegate.brokers.base import Broker
-from sluicegate.codec import TOO_DEEP
+from sluicegate.codec import TOO_DEEP, dumps, loads
 
 
 @pytest.fixture
@@ -177,3 +179,38 @@ def test_job_ids_of_the_wrong_type_get_one_answer_on_every_broker(app: App) -> N
     with pytest.raises(InvalidJobId):
         app.broker.retry(None)  # type: ignore[arg-type]
     assert app.get_job(job.id).state is JobState.READY  # nothing changed
+
+
+# ---- nesting: what a producer could encode, a worker decodes ------------------------------
+def test_text_nested_near_the_limit_decodes_deep_in_a_stack() -> None:
+    """A worker decodes deeper in its stack than the producer that encoded: text nested as
+    deep as a shallow caller could encode still decodes there (on a fresh stack)."""
+    text = dumps(nested(950))
+
+    def deep_in_a_stack(depth: int) -> Any:
+        return loads(text) if depth == 0 else deep_in_a_stack(depth - 1)
+
+    assert deep_in_a_stack(300) == nested(950)
+
+
+def test_text_nested_past_any_decoder_is_a_corrupt_row(tmp_path: Path) -> None:
+    """Too deep for any decoder (written by something else than sluicegate): loads says
+    ValueError, so a claim hands the job over with its problem (it goes dead, the rest of
+    the claim is unharmed), as for any corrupt row."""
+    with pytest.raises(ValueError, match="nested too deeply"):
+        loads("[" * 100_000 + "]" * 100_000)
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    app = App(broker=url, config=False)
+    try:
+        bad, good = app.enqueue("t", queue="q"), app.enqueue("t", args=[1], queue="q")
+        with sqlite3.connect(tmp_path / "jobs.db") as conn:
+            conn.execute(
+                "UPDATE jobs SET args = ? WHERE id = ?", ("[" * 50_000 + "]" * 50_000, bad.id)
+            )
+        claimed = {c.job.id: c for c in app.broker.claim(["q"], 2, 30, "w")}
+        assert (
+            claimed[bad.id].problem is not None and "nested too deeply" in claimed[bad.id].problem
+        )
+        assert claimed[good.id].problem is None and claimed[good.id].job.args == [1]
+    finally:
+        app.close()
