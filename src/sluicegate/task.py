@@ -158,7 +158,9 @@ class TaskOptions:
             or not isinstance(timeout, int | float)
             or not 0 < timeout <= MAX_DELAY
         ):
-            raise ConfigError(f"timeout must be a number of seconds > 0, not {timeout!r}")
+            raise ConfigError(
+                f"timeout must be a number of seconds > 0 (at most a century), not {timeout!r}"
+            )
         if not isinstance(self.transactional, bool):
             raise ConfigError(f"transactional must be True or False, not {self.transactional!r}")
         if not isinstance(self.retry_on, list | tuple):  # a bare class is a common slip
@@ -224,8 +226,9 @@ class EnqueueOptions:
                 f"limit_key must be a non-empty string or a mapping of limit name to one, "
                 f"not {key!r}"
             )
-        for value in key.values() if isinstance(key, Mapping) else [key] if key else []:
-            check_key("limit_key", value)
+        if key is not None:
+            for value in key.values() if isinstance(key, Mapping) else [key]:
+                check_key("limit_key", value)
 
     @classmethod
     def of(
