@@ -21,8 +21,8 @@ from .task import (
     Task,
     TaskOptions,
     TaskOptionsDict,
+    delay_seconds,
     epoch,
-    seconds,
 )
 
 if TYPE_CHECKING:
@@ -342,7 +342,7 @@ class App:
             args_json=args_json,
             kwargs_json=kwargs_json,
             run_at=None if o.run_at is None else epoch(o.run_at),
-            delay=0.0 if o.delay is None else max(0.0, seconds(o.delay, "delay")),
+            delay=0.0 if o.delay is None else delay_seconds(o.delay),
             priority=defaults.priority if o.priority is None else o.priority,
             max_attempts=defaults.max_attempts if o.max_attempts is None else o.max_attempts,
             unique_key=o.unique_key,

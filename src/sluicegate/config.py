@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
-from .names import check_name
+from .names import check_name, lease_problem
 from .settings_file import (
     TableReader,
     TaskSettings,
@@ -77,10 +77,17 @@ def load_settings(explicit: str | None = None) -> Settings:
         tasks=task_overrides(source, data),
         limits=limit_tables(source, data),
         broker=top.text("broker"),
-        lease=top.number("lease", minimum=0.001),
+        lease=_lease(top),
         shutdown_timeout=top.number("shutdown_timeout"),
         pools=[_pool(source, name, table) for name, table in pools_table.table.items()],
     )
+
+
+def _lease(top: TableReader) -> float | None:
+    value = top.table.get("lease")
+    if value is not None and (problem := lease_problem(value)) is not None:
+        raise top.error("lease", problem)
+    return value
 
 
 def _pool(path: str, name: str, table: Any) -> PoolSpec:

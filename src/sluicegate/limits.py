@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .codec import text_problem
 from .errors import ConfigError
 from .names import check_name, number_problem
 
@@ -221,6 +222,8 @@ def partition_value(value: object) -> str:
     if isinstance(value, str):
         if not value:
             raise ConfigError("a limit's partition value must not be empty")
+        if (problem := text_problem(value)) is not None:  # needs are stored and read as JSON
+            raise ConfigError(f"a limit's partition value {value!r} {problem}")
         return value
     try:
         return json.dumps(value, sort_keys=True, separators=(",", ":"))

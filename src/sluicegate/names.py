@@ -6,6 +6,7 @@ so the charset excludes every separator those use.
 
 from __future__ import annotations
 
+import math
 import re
 
 from .errors import ConfigError
@@ -32,9 +33,35 @@ def check_name(kind: str, name: object) -> str:
 
 def number_problem(value: object, minimum: float, integer: bool = False) -> str | None:
     """What is wrong with a setting's number (a settings-file key, a pool option), or
-    None; one wording wherever a number is checked: "must be an integer >= 1, not 0"."""
+    None; one wording wherever a number is checked: "must be an integer >= 1, not 0".
+    NaN and infinities (TOML has both) are never a setting's value."""
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < minimum:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kinds)
+        or not math.isfinite(value)
+        or value < minimum
+    ):
         kind = "an integer" if integer else "a number"
         return f"must be {kind} >= {minimum:g}, not {value!r}"
+    return None
+
+
+# A worker's lease, in seconds: it is renewed every lease/3, so it must outlast a few
+# broker round trips (shorter, and a busy worker's own jobs expire under it and run
+# again); and it is how long a dead worker's jobs wait to come back (longer than a day,
+# and they practically never do).
+LEASE_RANGE = (0.5, 86_400.0)
+
+
+def lease_problem(value: object) -> str | None:
+    """What is wrong with a lease (``--lease``, ``lease =``, ``Worker(lease=)``), or None."""
+    low, high = LEASE_RANGE
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not low <= value <= high
+    ):
+        return f"must be a number of seconds from {low:g} to {high:g}, not {value!r}"
     return None

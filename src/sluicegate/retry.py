@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import traceback as tb
 from collections.abc import Callable
@@ -13,6 +14,9 @@ from .outcomes import Buried, Failed, Retried
 
 MAX_MESSAGE = 2_000
 MAX_TRACEBACK = 8_000
+# The longest wait anything may ask for (a delay, a backoff): a century. Nothing a job
+# system promises lies beyond it, and it stays well inside every broker's time range.
+MAX_DELAY = 100 * 365.25 * 86_400
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,19 +34,22 @@ class RetryPolicy:
     retry_on: tuple[type[BaseException], ...] = ()
 
     def __post_init__(self) -> None:
-        for name, minimum in (
-            ("backoff_base", 0.0),
-            ("backoff_factor", 1.0),
-            ("backoff_max", 0.0),
-            ("jitter", 0.0),
+        for name, minimum, maximum in (
+            ("backoff_base", 0.0, MAX_DELAY),
+            ("backoff_factor", 1.0, None),
+            ("backoff_max", 0.0, MAX_DELAY),
+            ("jitter", 0.0, None),
         ):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)
+                or not math.isfinite(value)
                 or not value >= minimum
             ):
                 raise ConfigError(f"{name} must be a number >= {minimum:g}, not {value!r}")
+            if maximum is not None and value > maximum:
+                raise ConfigError(f"{name} must be at most {maximum:g}, not {value!r}")
         if not isinstance(self.retry_on, tuple) or not all(
             isinstance(kind, type) and issubclass(kind, BaseException) for kind in self.retry_on
         ):
@@ -107,15 +114,35 @@ def _truncate(text: str, limit: int) -> str:
     return text[: limit // 2] + "\n... truncated ...\n" + text[-limit // 2 :]
 
 
+def _storable(text: str) -> str:
+    """``text`` with any lone surrogate written as its escape: an error report must be
+    stored whatever the task put in its message (it could not be written as UTF-8)."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _message(exc: BaseException) -> str:
+    """``str(exc)``, or what the traceback module says when the exception's own
+    ``__str__`` raises: the failure is reported either way."""
+    try:
+        return str(exc)
+    except BaseException:  # whatever __str__ raises, the job still needs its outcome
+        return "<exception str() failed>"
+
+
 def error_info(exc: BaseException) -> ErrorInfo:
-    """Type, message and traceback of ``exc``, each truncated to a bound."""
-    text = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+    """Type, message and traceback of ``exc``, each truncated to a bound and storable."""
+    try:
+        text = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+    except BaseException:  # an exception odd enough to break the traceback module
+        text = f"{type(exc).__qualname__}: <traceback could not be formatted>"
     return ErrorInfo(
-        type=type(exc).__qualname__,
-        message=_truncate(str(exc), MAX_MESSAGE),
-        traceback=_truncate(text, MAX_TRACEBACK),
+        type=_storable(type(exc).__qualname__),
+        message=_storable(_truncate(_message(exc), MAX_MESSAGE)),
+        traceback=_storable(_truncate(text, MAX_TRACEBACK)),
     )
 
 
 def plain_error(kind: str, message: str) -> ErrorInfo:
-    return ErrorInfo(type=kind, message=_truncate(message, MAX_MESSAGE))
+    return ErrorInfo(type=_storable(kind), message=_storable(_truncate(message, MAX_MESSAGE)))

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 
+from .codec import text_problem
 from .errors import ConfigError
 from .job import Job
 from .limits import check_task_limits
 from .names import check_name
-from .retry import RetryPolicy
+from .retry import MAX_DELAY, RetryPolicy
 
 if TYPE_CHECKING:
     from .app import App
@@ -27,7 +29,11 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)  # a 32-bit integer, as every broker stores it
+MAX_ATTEMPTS = 2**31 - 1
+# run_at as epoch seconds: the years 1 to 9999 (what a datetime can say, and every broker
+# stores); a delay: up to a century (retry.MAX_DELAY).
+RUN_AT_RANGE = (-62_135_596_800.0, 253_402_300_799.0)
 
 
 class TaskOptionsDict(TypedDict, total=False):
@@ -72,25 +78,50 @@ def check_priority(priority: object) -> int:
 def check_attempts(max_attempts: object) -> int:
     if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
         raise ConfigError(f"max_attempts must be an integer >= 1, not {max_attempts!r}")
+    if max_attempts > MAX_ATTEMPTS:
+        raise ConfigError(f"max_attempts must be at most {MAX_ATTEMPTS}, not {max_attempts!r}")
     return max_attempts
 
 
 def seconds(value: object, what: str) -> float:
-    """Seconds from a number or a timedelta."""
+    """Seconds from a number or a timedelta: finite, so a NaN never becomes a job that
+    runs at once or never."""
     if isinstance(value, dt.timedelta):
-        return value.total_seconds()
+        value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{what} must be seconds or a timedelta, not {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{what} must be a finite number of seconds, not {value!r}")
     return float(value)
 
 
+def delay_seconds(value: object) -> float:
+    """A delay: at most a century; a negative one is no delay (the job is ready at once)."""
+    delay = seconds(value, "delay")
+    if delay > MAX_DELAY:
+        raise ConfigError(f"delay must be at most {MAX_DELAY:g} s (a century), not {value!r}")
+    return max(0.0, delay)
+
+
 def epoch(value: object) -> float:
-    """Epoch seconds from a timezone-aware datetime or a number."""
+    """Epoch seconds from a timezone-aware datetime or a number (years 1 to 9999)."""
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
             raise ConfigError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
         return value.timestamp()
-    return seconds(value, "run_at")
+    at = seconds(value, "run_at")
+    if not RUN_AT_RANGE[0] <= at <= RUN_AT_RANGE[1]:
+        raise ConfigError(f"run_at must be epoch seconds of the years 1 to 9999, not {value!r}")
+    return at
+
+
+def check_key(what: str, value: object) -> str:
+    """A unique key or limit key: non-empty text every broker can store."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{what} must be a non-empty string, not {value!r}")
+    if (problem := text_problem(value)) is not None:
+        raise ConfigError(f"{what} {value!r} {problem}")
+    return value
 
 
 def _known(task: str, options: Mapping[str, object], names: frozenset[str]) -> None:
@@ -123,9 +154,13 @@ class TaskOptions:
         check_priority(self.priority)
         timeout = self.timeout
         if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout <= MAX_DELAY
         ):
-            raise ConfigError(f"timeout must be a number of seconds > 0, not {timeout!r}")
+            raise ConfigError(
+                f"timeout must be a number of seconds > 0 (at most a century), not {timeout!r}"
+            )
         if not isinstance(self.transactional, bool):
             raise ConfigError(f"transactional must be True or False, not {self.transactional!r}")
         if not isinstance(self.retry_on, list | tuple):  # a bare class is a common slip
@@ -173,15 +208,13 @@ class EnqueueOptions:
         if self.delay is not None and self.run_at is not None:
             raise ConfigError("give delay or run_at, not both")
         if self.delay is not None:
-            seconds(self.delay, "delay")
+            delay_seconds(self.delay)
         if self.run_at is not None:
             epoch(self.run_at)
         if self.priority is not None:
             check_priority(self.priority)
-        if self.unique_key is not None and (
-            not isinstance(self.unique_key, str) or not self.unique_key
-        ):
-            raise ConfigError(f"unique_key must be a non-empty string, not {self.unique_key!r}")
+        if self.unique_key is not None:
+            check_key("unique_key", self.unique_key)
         if self.max_attempts is not None:
             check_attempts(self.max_attempts)
         key = self.limit_key
@@ -193,6 +226,9 @@ class EnqueueOptions:
                 f"limit_key must be a non-empty string or a mapping of limit name to one, "
                 f"not {key!r}"
             )
+        if key is not None:
+            for value in key.values() if isinstance(key, Mapping) else [key]:
+                check_key("limit_key", value)
 
     @classmethod
     def of(

@@ -65,6 +65,16 @@ def record(effects_db: str, seconds: float) -> int:
     return os.getpid()
 
 
+@app.task(queue="once", max_attempts=1)
+def once(effects_db: str, seconds: float) -> int:
+    """One attempt only: record a side effect as the body begins, then work for
+    ``seconds``; returns the pid of the process that ran it (a pool child's, in a
+    process pool)."""
+    _append_effect(effects_db)
+    time.sleep(seconds)
+    return os.getpid()
+
+
 @app.task(queue="slow", max_attempts=3)
 def slow(seconds: float) -> int:
     """Sleep, then return the pid of the worker process that ran it."""

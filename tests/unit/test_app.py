@@ -123,16 +123,25 @@ def test_invalid_queue_names_are_refused(app: App, queue: str) -> None:
     assert_nothing_stored(app)
 
 
+TIMEOUT = "timeout must be a number of seconds > 0 (at most a century)"
+
+
 @pytest.mark.parametrize(
     ("options", "problem"),
     [
         ({"max_attempts": 0}, "max_attempts must be an integer >= 1, not 0"),
+        ({"max_attempts": 2**31}, "max_attempts must be at most 2147483647, not 2147483648"),
         ({"max_attempts": True}, "max_attempts must be an integer >= 1, not True"),
         ({"priority": 1.5}, "priority must be an integer, not 1.5"),
         ({"priority": 2**31}, "priority 2147483648 is out of range"),
-        ({"timeout": 0}, "timeout must be a number of seconds > 0, not 0"),
-        ({"timeout": -1}, "timeout must be a number of seconds > 0, not -1"),
-        ({"timeout": True}, "timeout must be a number of seconds > 0, not True"),
+        ({"timeout": 0}, f"{TIMEOUT}, not 0"),
+        ({"timeout": -1}, f"{TIMEOUT}, not -1"),
+        ({"timeout": True}, f"{TIMEOUT}, not True"),
+        ({"timeout": float("inf")}, f"{TIMEOUT}, not inf"),
+        ({"timeout": float("nan")}, f"{TIMEOUT}, not nan"),
+        ({"timeout": 1e10}, f"{TIMEOUT}, not 10000000000.0"),
+        ({"backoff_base": float("inf")}, "backoff_base must be a number >= 0, not inf"),
+        ({"backoff_max": 1e300}, "backoff_max must be at most 3.15576e+09, not 1e+300"),
         ({"retry_on": ValueError}, "retry_on must be a tuple of exception types"),
         ({"retry_on": (ValueError, int)}, "retry_on must be a tuple of exception types"),
         ({"backoff_base": -1}, "backoff_base must be a number >= 0, not -1"),

@@ -115,11 +115,11 @@ def jobs_list(
 
 
 @jobs.command("show")
-@click.argument("job_id", type=int)
+@click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @broker_option
 @friendly_errors
-def jobs_show(job_id: int, as_json: bool, broker_url: str | None) -> None:
+def jobs_show(job_id: str, as_json: bool, broker_url: str | None) -> None:
     """Show one job, with its last error and traceback."""
     app = open_app(broker_url)
     job = app.get_job(job_id)
@@ -146,20 +146,20 @@ def jobs_show(job_id: int, as_json: bool, broker_url: str | None) -> None:
 
 
 @jobs.command("retry")
-@click.argument("job_id", type=int)
+@click.argument("job_id")
 @broker_option
 @friendly_errors
-def jobs_retry(job_id: int, broker_url: str | None) -> None:
+def jobs_retry(job_id: str, broker_url: str | None) -> None:
     """Bring a dead (or cancelled) job back to ready with a fresh attempt budget."""
     job = open_app(broker_url).broker.retry(job_id)
     click.echo(f"job {job.id} is {job.state.value}")
 
 
 @jobs.command("cancel")
-@click.argument("job_id", type=int)
+@click.argument("job_id")
 @broker_option
 @friendly_errors
-def jobs_cancel(job_id: int, broker_url: str | None) -> None:
+def jobs_cancel(job_id: str, broker_url: str | None) -> None:
     """Cancel a job that has not finished. A running job's outcome is then refused."""
     job = open_app(broker_url).broker.cancel(job_id)
     click.echo(f"job {job.id} is {job.state.value}")

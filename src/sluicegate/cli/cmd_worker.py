@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..errors import ConfigError
 from ..logs import FORMATS, configure_logging
+from ..names import lease_problem, number_problem
 from ..worker import Worker, parse_pool_spec
 from ..worker.health import STALL_AFTER
 from ..worker.pool import DEFAULT_POOL, SPEC_FORMAT
@@ -43,7 +44,7 @@ from .common import (
     type=float,
     default=None,
     help="Seconds a claim stays valid without a heartbeat (heartbeats every lease/3); "
-    "also how fast a dead worker's jobs come back. [default: 30]",
+    "also how fast a dead worker's jobs come back. From 0.5 to 86400. [default: 30]",
 )
 @click.option(
     "--shutdown-timeout",
@@ -149,10 +150,10 @@ def worker(
         shutdown_timeout if shutdown_timeout is not None else settings.shutdown_timeout
     )
     shutdown_timeout = 30.0 if shutdown_timeout is None else shutdown_timeout
-    if lease <= 0:
-        raise ConfigError(f"--lease must be positive, not {lease}")
-    if shutdown_timeout < 0:
-        raise ConfigError(f"--shutdown-timeout must not be negative, not {shutdown_timeout}")
+    if (problem := lease_problem(lease)) is not None:
+        raise ConfigError(f"--lease {problem}")
+    if (problem := number_problem(shutdown_timeout, 0)) is not None:
+        raise ConfigError(f"--shutdown-timeout {problem}")
     configure_logging(log_level, log_format)
     open_app(broker_url or group_broker() or settings.broker, app)
     retention = (

@@ -102,6 +102,8 @@ def parse_json(option: str, text: str | None, kind: type) -> Any:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{option} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{option} is nested too deeply") from None
     if not isinstance(value, kind):
         expected = "an array" if kind is list else "an object"
         raise ConfigError(f"{option} must be {expected} in JSON, not {type(value).__name__}")

@@ -29,6 +29,7 @@ from ..job import Claim
 from ..limits import local_host
 from ..metrics.host import HostSampler
 from ..metrics.recorder import WorkerMetrics
+from ..names import lease_problem
 from .exporter import MetricsServer
 from .health import STALL_AFTER, HealthCheck
 from .pool import DEFAULT_POOL, PoolSpec, PoolState, check_pools
@@ -82,8 +83,8 @@ class Worker:
         stall_after: float = STALL_AFTER,
         local_recovery: bool = True,
     ) -> None:
-        if lease <= 0:
-            raise ConfigError("lease must be positive")
+        if (problem := lease_problem(lease)) is not None:
+            raise ConfigError(f"lease {problem}")
         self.app = app
         self.broker = broker = broker or app.broker
         self.pools = [PoolState(spec) for spec in check_pools(list(pools or [DEFAULT_POOL]))]

@@ -33,15 +33,20 @@ as ``spec``, ``put``, ``take`` and ``make_state`` for cases of your own), ``enqu
 ``record_lease`` (record, fencing, heartbeat and release), ``recovery_actions`` (recovery,
 cancel, retry), ``recover_worker`` (a dead worker's jobs, at once), ``read_wakeups`` (read side, subscribe, reopening), ``limits`` (dependency
 limits: concurrency, rate, scope, partitions, overrides), ``registry`` (the worker
-registry, queue depths and arrivals), ``races`` (threads and processes) and
+registry, queue depths and arrivals), ``edge_values`` (values at the edges of what is
+accepted, stored and read back alike), ``races`` (threads and
+processes claiming and recovering), ``lifecycle_races`` (an outcome against lease expiry,
+cancel against claim and backoff, retry against retry: thousands of jobs each) and
 ``reference_model`` (random operations against the reference broker).
 """
 
 from __future__ import annotations
 
 from . import (
+    edge_values,
     enqueue_claim,
     helpers,
+    lifecycle_races,
     limits,
     races,
     read_wakeups,
@@ -51,6 +56,7 @@ from . import (
     reference_model,
     registry,
 )
+from .edge_values import *  # noqa: F403
 from .enqueue_claim import *  # noqa: F403
 from .helpers import *  # noqa: F403
 from .helpers import BOOM as BOOM
@@ -62,6 +68,7 @@ from .helpers import put as put
 from .helpers import spec as spec
 from .helpers import state as state
 from .helpers import take as take
+from .lifecycle_races import *  # noqa: F403
 from .limits import *  # noqa: F403
 from .races import *  # noqa: F403
 from .read_wakeups import *  # noqa: F403
@@ -81,6 +88,8 @@ __all__ = [
     *read_wakeups.__all__,
     *limits.__all__,
     *registry.__all__,
+    *edge_values.__all__,
     *races.__all__,
+    *lifecycle_races.__all__,
     *reference_model.__all__,
 ]
