@@ -6,8 +6,9 @@ its connections, its locking, its SQL.
 - ``record`` groups outcomes by event (``RecordBatch``) and wakes workers after retries.
 - Operator actions (cancel, retry) and their refusals.
 - The migrations runner: read the version, apply pending numbered migrations, record them.
-- Stats folded from (queue, state, count) and (queue, age) rows; queue depths and
-  arrivals (one query each), worker registry rows by column name.
+- Stats from the queue depths and the finished counts (settled, plus those not settled
+  yet), listings merged from index ranges; queue depths and arrivals (one query each),
+  worker registry rows by column name.
 - Options read from a broker URL's query string (``UrlOptions``).
 """
 
@@ -31,6 +32,7 @@ from .base import (
     QueueDepth,
     QueueStats,
     RecordBatch,
+    Retention,
     Stats,
     WorkerInfo,
     WorkerRecord,
@@ -131,18 +133,20 @@ def matched(query: Query, rows: Iterable[Row]) -> set[Claim]:
     return {Claim(JobId(r[at_id]), r[at_token]) for r in rows}
 
 
-def fold_stats(
-    counts: Query, count_rows: Iterable[Row], ages: Query, age_rows: Iterable[Row]
-) -> Stats:
-    """Stats from rows of (queue, shown state, jobs) and (queue, oldest ready age in s)."""
-    queue, shown, jobs = (counts.at[c] for c in ("queue", "shown", "jobs"))
-    per_queue: dict[str, dict[JobState, int]] = {}
-    for row in count_rows:
-        per_queue.setdefault(row[queue], {})[JobState(row[shown])] = int(row[jobs])
-    age_of = {row[ages.at["queue"]]: row[ages.at["age_s"]] for row in age_rows}
-    return Stats(
-        {q: QueueStats(c, max(0.0, float(age_of.get(q) or 0.0))) for q, c in per_queue.items()}
-    )
+def stats_of(depths: Mapping[str, QueueDepth], finished: Iterable[tuple[str, str, int]]) -> Stats:
+    """Stats from the unfinished jobs' depths and (queue, finished state, jobs) counts: a
+    queue appears when it has any job."""
+    counts: dict[str, dict[JobState, int]] = {}
+    for queue, d in depths.items():
+        unfinished = (d.scheduled, d.ready, d.claimed, d.running)
+        counts[queue] = {s: n for s, n in zip(UNFINISHED_ORDER, unfinished, strict=True) if n}
+    for queue, state, jobs in finished:
+        counts.setdefault(queue, {})[JobState(state)] = int(jobs)
+    age = {q: d.oldest_ready_age_s for q, d in depths.items()}
+    return Stats({q: QueueStats(c, age.get(q, 0.0)) for q, c in counts.items()})
+
+
+UNFINISHED_ORDER = (JobState.SCHEDULED, JobState.READY, JobState.CLAIMED, JobState.RUNNING)
 
 
 WORKER_COLUMNS = ("id", "host", "pid", "version", "pools", "started_at", "last_seen",
@@ -362,6 +366,10 @@ class SQLBroker(Broker):
             params = {"now": self._now(), "queues": self._queue_list(queues)}
         with self._reading() as conn:
             rows = conn.execute(query, params).fetchall()
+        return self._depths(query, rows)
+
+    @staticmethod
+    def _depths(query: Query, rows: Iterable[Row]) -> dict[str, QueueDepth]:
         fields = ("queue", "ready", "scheduled", "claimed", "running", "age_s")
         pick = itemgetter(*(query.at[c] for c in fields))
         return {
@@ -370,6 +378,47 @@ class SQLBroker(Broker):
             )
             for q, ready, scheduled, claimed, running, age in map(pick, rows)
         }
+
+    def stats(self) -> Stats:
+        """Unfinished jobs off their partial indexes (``queue_depths``) and finished ones
+        from the settled counts plus those not settled yet (``finished_counts``), in one
+        snapshot: the cost follows the backlog and the jobs finished since the last
+        settling, never the history. Past SETTLE_AT unsettled jobs, the call settles them
+        afterwards (``_settle``), so the next call reads fewer."""
+        depths, finished, unsettled = self._stats_read()
+        if unsettled >= base.SETTLE_AT:
+            self._settle_from_stats()
+        return stats_of(depths, finished)
+
+    @abstractmethod
+    def _stats_read(self) -> tuple[dict[str, QueueDepth], list[tuple[str, str, int]], int]:
+        """In one snapshot: the queue depths, the finished counts (queue, state, jobs) and
+        how many finished jobs were not settled yet."""
+
+    @staticmethod
+    def _finished(query: Query, rows: Iterable[Row]) -> tuple[list[tuple[str, str, int]], int]:
+        pick = itemgetter(*(query.at[c] for c in ("queue", "state", "jobs", "unsettled")))
+        counts, unsettled = [], 0
+        for queue, state, jobs, fresh in map(pick, rows):
+            counts.append((queue, state, int(jobs)))
+            unsettled += int(fresh)
+        return counts, unsettled
+
+    @abstractmethod
+    def _settle(self) -> None:
+        """Add the finished jobs not settled yet to the settled counts and move the horizon
+        past them (see the dialect's 0004 migration)."""
+
+    def _settle_from_stats(self) -> None:
+        """``_settle`` for a stats call; a dialect may skip what a reader cannot write."""
+        self._settle()
+
+    def prune(self, retention: Retention, batch: int = 1000) -> int:
+        """Also settles: a worker's pruner keeps the unsettled jobs few even when no one
+        calls stats."""
+        deleted = super().prune(retention, batch)
+        self._settle()
+        return deleted
 
     def arrivals(self, after_id: int | None) -> tuple[int, dict[str, int]]:
         """Off the primary key: the highest id, or a range of at most ARRIVALS_SCAN ids

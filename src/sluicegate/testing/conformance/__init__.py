@@ -34,7 +34,8 @@ as ``spec``, ``put``, ``take`` and ``make_state`` for cases of your own), ``enqu
 cancel, retry), ``read_wakeups`` (read side, subscribe, reopening), ``limits`` (dependency
 limits: concurrency, rate, scope, partitions, overrides), ``registry`` (the worker
 registry, queue depths and arrivals), ``races`` (threads and processes) and
-``reference_model`` (random operations against the reference broker).
+``reference_model`` (random operations against the reference broker) and ``stats_counts``
+(stats and listings against a count of every job, whenever finished counts settle).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from . import (
     recovery_actions,
     reference_model,
     registry,
+    stats_counts,
 )
 from .enqueue_claim import *  # noqa: F403
 from .helpers import *  # noqa: F403
@@ -68,6 +70,7 @@ from .record_lease import *  # noqa: F403
 from .recovery_actions import *  # noqa: F403
 from .reference_model import *  # noqa: F403
 from .registry import *  # noqa: F403
+from .stats_counts import *  # noqa: F403
 
 # What ``import *`` hands a test module: the fixtures, then every test, in suite order.
 __all__ = [
@@ -80,4 +83,5 @@ __all__ = [
     *registry.__all__,
     *races.__all__,
     *reference_model.__all__,
+    *stats_counts.__all__,
 ]
