@@ -1,4 +1,4 @@
-"""``stats()`` never reads the whole jobs table: its plans, on
+"""``stats()`` and the operator listings never read the whole jobs table: their plans, on
 SQLite (EXPLAIN QUERY PLAN) and PostgreSQL (the plans the broker's connections use: custom
 plans for the values given), over a history of finished jobs, analysed. The statements
 that finish jobs stamp them with an index seek (SQLite) or their transaction id
@@ -16,7 +16,7 @@ import pytest
 from sluicegate.brokers import base
 from sluicegate.brokers.sqlite import SQLiteBroker
 from sluicegate.codec import encode_payload
-from sluicegate.job import ErrorInfo, JobSpec, JobState
+from sluicegate.job import TERMINAL, ErrorInfo, JobSpec, JobState
 from sluicegate.outcomes import Buried, Succeeded
 from sluicegate.testing import FakeClock
 
@@ -91,6 +91,15 @@ def test_sqlite_finishing_writes_stamp_with_a_seek(sqlite: SQLiteBroker, name: s
     assert reads == ["SEARCH jobs USING COVERING INDEX jobs_settling (finish_seq>?)"], reads
 
 
+@pytest.mark.parametrize("state", list(JobState))
+def test_sqlite_listings_read_one_range_newest_first(sqlite: SQLiteBroker, state: JobState) -> None:
+    lines = sqlite_plan(sqlite, "list_jobs_of_state_queue", state=state.value)
+    assert lines == ["SEARCH jobs USING INDEX jobs_state_queue (state=? AND queue=?)"], lines
+    lines = sqlite_plan(sqlite, "queues_of_state", state=state.value)
+    for line in job_reads(lines):
+        assert line.startswith("SEARCH jobs USING COVERING INDEX jobs_state_queue (state=?"), lines
+
+
 def test_sqlite_unsettling_reads_one_job(sqlite: SQLiteBroker) -> None:
     assert job_reads(sqlite_plan(sqlite, "unsettle_revived")) == [
         "SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)"
@@ -143,6 +152,20 @@ def test_postgres_stats_read_only_the_unsettled_range(pg: Any, name: str) -> Non
     assert "jobs_settling" in text, text
     assert "Seq Scan on jobs" not in text, text
     assert "jobs_pkey" not in text, text
+
+
+@pytest.mark.parametrize("state", list(JobState))
+def test_postgres_listings_read_indexes_only(pg: Any, state: JobState) -> None:
+    for queue in ("q", "none"):
+        text = pg_plan(pg, "list_jobs_of_state_queue", state=state.value, queue=queue)
+        assert "Seq Scan on jobs" not in text, text
+        if state in TERMINAL and queue == "none":
+            assert "jobs_listing" in text, text
+    name = "queues_of_state" if state in TERMINAL else "list_jobs_of_state"
+    text = pg_plan(pg, name, state=state.value)
+    assert "Seq Scan on jobs" not in text, text
+    if state in TERMINAL:
+        assert "jobs_listing" in text, text
 
 
 def test_postgres_unsettling_a_revived_job_reads_that_job(pg: Any) -> None:

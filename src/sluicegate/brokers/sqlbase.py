@@ -346,14 +346,38 @@ class SQLBroker(Broker):
             row = conn.execute(self._queries["get_job"], {"id": job_id}).fetchone()
         return self._jobs["get_job"].job(row) if row else None
 
+    listed_by_queue: ClassVar[frozenset[JobState]] = frozenset(JobState)
+    """States whose listing without a queue goes queue by queue (``queues_of_state``, then
+    ``list_jobs_of_state_queue`` for each); the others' reads ``list_jobs_of_state``."""
+
     def list_jobs(
         self, state: JobState | None = None, queue: str | None = None, limit: int = 100
     ) -> list[Job]:
-        params = {"state": state.value if state else None, "queue": queue, "limit": limit}
+        """Newest first. A filter becomes (state, queue) pairs, each one index range of at
+        most ``limit`` rows read newest first; the newest ``limit`` of them all are kept."""
+        q = self._queries
+        params: dict[str, Any] = {"limit": limit}
+        if queue is None and (state is None or state not in self.listed_by_queue):
+            name = "list_jobs" if state is None else "list_jobs_of_state"
+            if state is not None:
+                params["state"] = state.value
+            with self._listing() as conn:
+                return [self._jobs[name].job(r) for r in conn.execute(q[name], params)]
+        query, found = q["list_jobs_of_state_queue"], q["queues_of_state"]
+        rows: list[Row] = []
         with self._listing() as conn:
-            rows = conn.execute(self._queries["list_jobs"], params).fetchall()
-        read = self._jobs["list_jobs"].job
-        return [read(r) for r in rows]
+            if queue is not None:
+                pairs = [(s, queue) for s in ([state] if state is not None else JobState)]
+            else:
+                assert state is not None
+                queues = conn.execute(found, {"state": state.value}).fetchall()
+                pairs = [(state, r[found.at["queue"]]) for r in queues]
+            for s, name_ in pairs:
+                params.update(state=s.value, queue=name_)
+                rows += conn.execute(query, params).fetchall()
+        rows.sort(key=itemgetter(query.at["id"]), reverse=True)
+        read = self._jobs["list_jobs_of_state_queue"].job
+        return [read(r) for r in rows[: max(limit, 0)]]
 
     # ---- signals -------------------------------------------------------------------------
     def queue_depths(self, queues: Sequence[str] | None = None) -> dict[str, QueueDepth]:

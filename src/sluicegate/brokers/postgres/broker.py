@@ -20,7 +20,7 @@ from typing import Any
 
 from ...codec import dumps
 from ...errors import BrokerUnavailable, ConfigError, LeaseLost
-from ...job import Claim, Job, JobId, JobSpec, JobState, in_claim_order
+from ...job import TERMINAL, Claim, Job, JobId, JobSpec, JobState, in_claim_order
 from ...limits import local_host
 from ..base import (
     FORGET_WORKERS_AFTER,
@@ -352,6 +352,8 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
 
     def _may_exist(self, job_id: int) -> bool:
         return _fits_bigint(job_id)
+
+    listed_by_queue = TERMINAL  # unfinished states: the backlog, off its partial index
 
     def _stats_read(self) -> tuple[dict[str, QueueDepth], list[tuple[str, str, int]], int]:
         q = self._queries

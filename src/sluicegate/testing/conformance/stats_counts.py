@@ -3,7 +3,8 @@ settles its finished counts: each case compares ``stats()`` with a count of ever
 job (``list_jobs`` without a filter), through enqueue, claim, start, ack, failures, dead,
 cancel, retry (revive), release, recovery and prune, with settling on every call, never,
 and at random points (SQL brokers settle past ``base.SETTLE_AT`` unsettled jobs, in steps
-of ``base.SETTLE_STEP``; both are lowered here)."""
+of ``base.SETTLE_STEP``; both are lowered here). Also the filtered listings against the
+same brute-force list."""
 
 from __future__ import annotations
 
@@ -354,6 +355,32 @@ def test_stats_match_a_count_of_every_job(
     finally:
         base.SETTLE_AT, base.SETTLE_STEP = saved
         broker.close()
+
+
+# ---- listings -----------------------------------------------------------------------------
+class TestListings:
+    def test_every_filter_lists_what_a_full_listing_holds_newest_first(
+        self, broker: Broker, clock: FakeClock
+    ) -> None:
+        for name in ("a", "b", "c"):
+            finish(broker, name, ["ack", "dead", "retry", "start", "ack"])
+            put(broker, queue=name)
+            put(broker, queue=name, delay=60.0)
+            broker.cancel(put(broker, queue=name).id)
+        finish(broker, "a", ["ack"] * 4)
+        every = broker.list_jobs(limit=EVERY_JOB)
+        assert [j.id for j in every] == sorted((j.id for j in every), reverse=True)
+        for limit in (1, 3, 100):
+            for state in (None, *JobState):
+                for queue in (None, "a", "b", "none"):
+                    expected = [
+                        j
+                        for j in every
+                        if (state is None or j.state is state)
+                        and (queue is None or j.queue == queue)
+                    ][:limit]
+                    listed = broker.list_jobs(state=state, queue=queue, limit=limit)
+                    assert listed == expected, (state, queue, limit)
 
 
 __all__ = suite(globals())

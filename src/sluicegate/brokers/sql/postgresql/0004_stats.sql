@@ -38,3 +38,7 @@ SELECT queue, state, count(*) FROM {schema}.jobs
 WHERE state IN ('succeeded', 'dead', 'cancelled')
 GROUP BY queue, state;
 
+-- Operator listings, newest first: finished jobs by state and queue, in id order (the
+-- unfinished ones are the backlog, read off their own partial indexes).
+CREATE INDEX jobs_listing ON {schema}.jobs (state, queue, id)
+    WHERE state IN ('succeeded', 'dead', 'cancelled');

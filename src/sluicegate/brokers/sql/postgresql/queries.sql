@@ -542,11 +542,45 @@ SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: list_jobs
 -- returns: job
+-- Operator listings, newest first, at most %(limit)s rows, never a sort of the table
+-- (planned per call: custom plans, so the state given picks its partial index). No
+-- filter: the primary key from its end. Filtered: list_jobs_of_state_queue once per
+-- (state, queue) pair the filter covers, merged by id (SQLBroker.list_jobs); a state
+-- alone that is not finished: list_jobs_of_state.
+SELECT {job_columns} FROM {schema}.jobs ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: list_jobs_of_state_queue
+-- returns: job
+-- A finished state: one range of jobs_listing (state, queue, id), read backwards. An
+-- unfinished one: the queue's jobs in that state (the backlog) off their partial index.
+-- Ready jobs have two (jobs_ready without limits, jobs_gated with): the OR, always true,
+-- lets the planner read both instead of the table.
 SELECT {job_columns} FROM {schema}.jobs
-WHERE (%(state)s::text IS NULL OR state = %(state)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+WHERE state = %(state)s AND queue = %(queue)s AND (limits IS NULL OR limits IS NOT NULL)
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+-- name: list_jobs_of_state
+-- returns: job
+-- An unfinished state, every queue: that state's partial index (the backlog; ready jobs:
+-- both of theirs, as above).
+SELECT {job_columns} FROM {schema}.jobs
+WHERE state = %(state)s AND (limits IS NULL OR limits IS NOT NULL)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: queues_of_state
+-- columns: queue
+-- The queues with finished jobs in a state, one seek each (a loose scan of jobs_listing):
+-- the cost follows the number of queues, not of jobs.
+WITH RECURSIVE queues AS (
+    SELECT min(queue) AS queue FROM {schema}.jobs WHERE state = %(state)s
+    UNION ALL
+    SELECT (SELECT min(queue) FROM {schema}.jobs
+            WHERE state = %(state)s AND queue > queues.queue)
+    FROM queues WHERE queues.queue IS NOT NULL
+)
+SELECT queue FROM queues WHERE queue IS NOT NULL;
 
 -- name: horizon
 -- columns: xmax, xip

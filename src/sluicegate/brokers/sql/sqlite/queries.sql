@@ -295,10 +295,32 @@ SELECT {job_columns} FROM jobs WHERE id = :id;
 
 -- name: list_jobs
 -- returns: job
-SELECT {job_columns} FROM jobs
-WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
+-- Operator listings, newest first, at most :limit rows, never a sort of the table. No
+-- filter: the primary key from its end. Filtered: list_jobs_of_state_queue, once per
+-- (state, queue) pair the filter covers, merged by id (SQLBroker.list_jobs).
+SELECT {job_columns} FROM jobs ORDER BY id DESC LIMIT :limit;
+
+-- name: list_jobs_of_state_queue
+-- returns: job
+-- One range of jobs_state_queue read backwards: (state, queue), like every SQLite index,
+-- ends with the id.
+SELECT {job_columns} FROM jobs INDEXED BY jobs_state_queue
+WHERE state = :state AND queue = :queue
 ORDER BY id DESC
 LIMIT :limit;
+
+-- name: queues_of_state
+-- columns: queue
+-- The queues with jobs in a state, one index seek each (a loose scan of jobs_state_queue):
+-- the cost follows the number of queues, not of jobs.
+WITH RECURSIVE queues(queue) AS (
+    SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_state_queue WHERE state = :state)
+    UNION ALL
+    SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_state_queue
+            WHERE state = :state AND queue > queues.queue)
+    FROM queues WHERE queues.queue IS NOT NULL
+)
+SELECT queue FROM queues WHERE queue IS NOT NULL;
 
 -- name: fragment_finish_seq
 -- A finishing write's stamp (see 0004_stats.sql): above every stamp settled and every one
