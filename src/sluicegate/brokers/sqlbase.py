@@ -133,6 +133,9 @@ def matched(query: Query, rows: Iterable[Row]) -> set[Claim]:
     return {Claim(JobId(r[at_id]), r[at_token]) for r in rows}
 
 
+UNFINISHED_ORDER = (JobState.SCHEDULED, JobState.READY, JobState.CLAIMED, JobState.RUNNING)
+
+
 def stats_of(depths: Mapping[str, QueueDepth], finished: Iterable[tuple[str, str, int]]) -> Stats:
     """Stats from the unfinished jobs' depths and (queue, finished state, jobs) counts: a
     queue appears when it has any job."""
@@ -144,9 +147,6 @@ def stats_of(depths: Mapping[str, QueueDepth], finished: Iterable[tuple[str, str
         counts.setdefault(queue, {})[JobState(state)] = int(jobs)
     age = {q: d.oldest_ready_age_s for q, d in depths.items()}
     return Stats({q: QueueStats(c, age.get(q, 0.0)) for q, c in counts.items()})
-
-
-UNFINISHED_ORDER = (JobState.SCHEDULED, JobState.READY, JobState.CLAIMED, JobState.RUNNING)
 
 
 WORKER_COLUMNS = ("id", "host", "pid", "version", "pools", "started_at", "last_seen",
@@ -348,7 +348,7 @@ class SQLBroker(Broker):
 
     listed_by_queue: ClassVar[frozenset[JobState]] = frozenset(JobState)
     """States whose listing without a queue goes queue by queue (``queues_of_state``, then
-    ``list_jobs_of_state_queue`` for each); the others' reads ``list_jobs_of_state``."""
+    ``list_jobs_of_state_queue`` for each); the others read ``list_jobs_of_state``."""
 
     def list_jobs(
         self, state: JobState | None = None, queue: str | None = None, limit: int = 100
