@@ -23,7 +23,9 @@ SLUICEGATE_BENCH_POSTGRES names a server, in a fresh schema dropped afterwards):
    slots, queue "default") started idle, then ``--drain`` no-op jobs enqueued in one
    transaction; rate = jobs / (first start .. last finish) from the broker's columns.
    In the "poller" runs a thread of this process calls ``stats()`` on its own broker
-   handle every 100 ms for the whole drain (the mean and max call time are printed).
+   handle every 100 ms for the whole drain (the mean and max call time are printed, and
+   how often and how long those calls settled finished counts: on SQLite the time the
+   claim path may have waited for them).
    Both kinds alternate ``--repeat`` times; the table gives medians. A fresh worker per
    run, so its pruner (first pass 15-30 s after start) never runs during a drain.
 
@@ -219,14 +221,28 @@ def read_side(broker: Broker, rounds: int) -> list[tuple[str, str]]:
 
 
 class Poller:
-    """A thread calling ``stats()`` every ``interval`` s on its own broker handle."""
+    """A thread calling ``stats()`` every ``interval`` s on its own broker handle; where
+    the broker settles finished counts (``_settle``), how long each settling took (on
+    SQLite, what the claim path may wait for: it holds the write lock)."""
 
     def __init__(self, url: str, interval: float = 0.1) -> None:
         self.broker = broker_from_url(url)
         self.interval = interval
         self.calls: list[float] = []
+        self.settles: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        settle = getattr(self.broker, "_settle", None)
+        if settle is not None:
+
+            def timed_settle(*args: Any, **kwargs: Any) -> None:
+                t0 = time.perf_counter()
+                try:
+                    settle(*args, **kwargs)
+                finally:
+                    self.settles.append(time.perf_counter() - t0)
+
+            self.broker._settle = timed_settle  # type: ignore[attr-defined]
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -264,10 +280,12 @@ def drain_window(url: str, first: int, last: int) -> tuple[int, float]:
     return int(n), (t1 - t0).total_seconds()
 
 
-def drain_once(url: str, jobs: int, poll: bool) -> tuple[float, list[float]]:
-    """One idle worker (8 thread slots), then ``jobs`` no-ops; returns (jobs/s, poll times)."""
+def drain_once(url: str, jobs: int, poll: bool) -> tuple[float, list[float], list[float]]:
+    """One idle worker (8 thread slots), then ``jobs`` no-ops; returns (jobs/s, poll times,
+    settling times)."""
     worker = Worker(url, burst=False)
     calls: list[float] = []
+    settles: list[float] = []
     try:
         worker.wait_ready()
         wait_listening(url, 1)
@@ -291,13 +309,13 @@ def drain_once(url: str, jobs: int, poll: bool) -> tuple[float, list[float]]:
         finally:
             if poller:
                 poller.__exit__()
-                calls = poller.calls
+                calls, settles = poller.calls, poller.settles
     finally:
         worker.close()
     done, window = drain_window(url, min(ids), max(ids))
     if done != jobs:
         raise RuntimeError(f"drain: {done} of {jobs} jobs succeeded")
-    return jobs / window, calls
+    return jobs / window, calls, settles
 
 
 def measure(given: str | None, args: argparse.Namespace) -> tuple[list[tuple[str, str]], str]:
@@ -323,14 +341,17 @@ def measure(given: str | None, args: argparse.Namespace) -> tuple[list[tuple[str
         try:
             runs: dict[bool, list[float]] = {False: [], True: []}
             polls: list[float] = []
+            settled: list[float] = []
             for _ in range(args.repeat):
                 for poll in (False, True):
-                    rate, calls = drain_once(url, args.drain, poll)
+                    rate, calls, settles = drain_once(url, args.drain, poll)
                     runs[poll].append(rate)
                     polls += calls
+                    settled += settles
                     extra = (
                         f" ({len(calls)} stats() calls, mean {ms(statistics.fmean(calls))}, "
-                        f"max {ms(max(calls))})"
+                        f"max {ms(max(calls))}; {len(settles)} settled, "
+                        f"{ms(sum(settles))} in all)"
                         if calls
                         else ""
                     )
@@ -348,6 +369,14 @@ def measure(given: str | None, args: argparse.Namespace) -> tuple[list[tuple[str
             (
                 "stats() during the drains: mean / max",
                 f"{ms(statistics.fmean(polls))} / {ms(max(polls))}",
+            )
+        )
+    if settled:
+        per_drain = len(settled) / args.repeat
+        rows.append(
+            (
+                "settlings per drain; each: mean / max",
+                f"{per_drain:.1f}; {ms(statistics.fmean(settled))} / {ms(max(settled))}",
             )
         )
     return rows, name
