@@ -79,12 +79,12 @@ class TestMigrations:
         self, pg_url: str, open_pg: Any, sql: Any
     ) -> None:
         broker = open_pg()
-        assert broker.migrations_applied == [1, 2, 3]
+        assert broker.migrations_applied == [1, 2, 3, 4]
         schema = schema_of(pg_url)
         rows = sql.execute(
             f"SELECT version, name FROM {schema}.schema_version ORDER BY 1"
         ).fetchall()
-        assert rows == [(1, "initial"), (2, "limits"), (3, "workers")]
+        assert rows == [(1, "initial"), (2, "limits"), (3, "workers"), (4, "stats")]
         tables = sql.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
             (schema,),
@@ -94,6 +94,8 @@ class TestMigrations:
             "limit_buckets",
             "limits",
             "schema_version",
+            "stats_horizon",
+            "stats_settled",
             "workers",
         ]
 
@@ -103,7 +105,7 @@ class TestMigrations:
         second = open_pg()
         assert second.migrations_applied == [] and second.migrate() == []
         schema = schema_of(pg_url)
-        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (3,)
+        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (4,)
         job = first.enqueue([spec()])[0]
         assert second.get_job(job.id) == job  # nothing was recreated under the first handle
 
@@ -118,9 +120,9 @@ class TestMigrations:
             "broker.close()\n"
         )
         outputs = run_released(child, [[pg_url]] * 4)
-        assert sorted(outputs) == [[], [], [], [1, 2, 3]], outputs
+        assert sorted(outputs) == [[], [], [], [1, 2, 3, 4]], outputs
         schema = schema_of(pg_url)
-        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (3,)
+        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (4,)
 
     def test_migrate_false_on_an_unmigrated_schema_names_the_command(
         self, open_pg: Any, sql: Any, pg_url: str

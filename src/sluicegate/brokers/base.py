@@ -220,6 +220,11 @@ def stored_pools(pools: str) -> tuple[dict[str, Any], ...]:
 
 DAY = 86_400.0
 ARRIVALS_SCAN = 100_000  # rows one arrivals() call reads at most
+# stats(): finished jobs not settled yet (counted by every call, see SQLBroker.stats) past
+# which the call settles them, and how many one settling step of SQLite takes at most
+# (each step holds the write lock). Read when called, so a test may lower them.
+SETTLE_AT = 1000
+SETTLE_STEP = 20_000
 FORGET_WORKERS_AFTER = 3600.0  # s: registry rows of gone workers are deleted after this
 
 

@@ -6,8 +6,9 @@ its connections, its locking, its SQL.
 - ``record`` groups outcomes by event (``RecordBatch``) and wakes workers after retries.
 - Operator actions (cancel, retry) and their refusals.
 - The migrations runner: read the version, apply pending numbered migrations, record them.
-- Stats folded from (queue, state, count) and (queue, age) rows; queue depths and
-  arrivals (one query each), worker registry rows by column name.
+- Stats from the queue depths and the finished counts (settled, plus those not settled
+  yet), listings merged from index ranges; queue depths and arrivals (one query each),
+  worker registry rows by column name.
 - Options read from a broker URL's query string (``UrlOptions``).
 """
 
@@ -31,6 +32,7 @@ from .base import (
     QueueDepth,
     QueueStats,
     RecordBatch,
+    Retention,
     Stats,
     WorkerInfo,
     WorkerRecord,
@@ -131,18 +133,20 @@ def matched(query: Query, rows: Iterable[Row]) -> set[Claim]:
     return {Claim(JobId(r[at_id]), r[at_token]) for r in rows}
 
 
-def fold_stats(
-    counts: Query, count_rows: Iterable[Row], ages: Query, age_rows: Iterable[Row]
-) -> Stats:
-    """Stats from rows of (queue, shown state, jobs) and (queue, oldest ready age in s)."""
-    queue, shown, jobs = (counts.at[c] for c in ("queue", "shown", "jobs"))
-    per_queue: dict[str, dict[JobState, int]] = {}
-    for row in count_rows:
-        per_queue.setdefault(row[queue], {})[JobState(row[shown])] = int(row[jobs])
-    age_of = {row[ages.at["queue"]]: row[ages.at["age_s"]] for row in age_rows}
-    return Stats(
-        {q: QueueStats(c, max(0.0, float(age_of.get(q) or 0.0))) for q, c in per_queue.items()}
-    )
+UNFINISHED_ORDER = (JobState.SCHEDULED, JobState.READY, JobState.CLAIMED, JobState.RUNNING)
+
+
+def stats_of(depths: Mapping[str, QueueDepth], finished: Iterable[tuple[str, str, int]]) -> Stats:
+    """Stats from the unfinished jobs' depths and (queue, finished state, jobs) counts: a
+    queue appears when it has any job."""
+    counts: dict[str, dict[JobState, int]] = {}
+    for queue, d in depths.items():
+        unfinished = (d.scheduled, d.ready, d.claimed, d.running)
+        counts[queue] = {s: n for s, n in zip(UNFINISHED_ORDER, unfinished, strict=True) if n}
+    for queue, state, jobs in finished:
+        counts.setdefault(queue, {})[JobState(state)] = int(jobs)
+    age = {q: d.oldest_ready_age_s for q, d in depths.items()}
+    return Stats({q: QueueStats(c, age.get(q, 0.0)) for q, c in counts.items()})
 
 
 WORKER_COLUMNS = ("id", "host", "pid", "version", "pools", "started_at", "last_seen",
@@ -343,14 +347,38 @@ class SQLBroker(Broker):
             row = conn.execute(self._queries["get_job"], {"id": job_id}).fetchone()
         return self._jobs["get_job"].job(row) if row else None
 
+    listed_by_queue: ClassVar[frozenset[JobState]] = frozenset(JobState)
+    """States whose listing without a queue goes queue by queue (``queues_of_state``, then
+    ``list_jobs_of_state_queue`` for each); the others read ``list_jobs_of_state``."""
+
     def list_jobs(
         self, state: JobState | None = None, queue: str | None = None, limit: int = 100
     ) -> list[Job]:
-        params = {"state": state.value if state else None, "queue": queue, "limit": limit}
+        """Newest first. A filter becomes (state, queue) pairs, each one index range of at
+        most ``limit`` rows read newest first; the newest ``limit`` of them all are kept."""
+        q = self._queries
+        params: dict[str, Any] = {"limit": limit}
+        if queue is None and (state is None or state not in self.listed_by_queue):
+            name = "list_jobs" if state is None else "list_jobs_of_state"
+            if state is not None:
+                params["state"] = state.value
+            with self._listing() as conn:
+                return [self._jobs[name].job(r) for r in conn.execute(q[name], params)]
+        query, found = q["list_jobs_of_state_queue"], q["queues_of_state"]
+        rows: list[Row] = []
         with self._listing() as conn:
-            rows = conn.execute(self._queries["list_jobs"], params).fetchall()
-        read = self._jobs["list_jobs"].job
-        return [read(r) for r in rows]
+            if queue is not None:
+                pairs = [(s, queue) for s in ([state] if state is not None else JobState)]
+            else:
+                assert state is not None
+                queues = conn.execute(found, {"state": state.value}).fetchall()
+                pairs = [(state, r[found.at["queue"]]) for r in queues]
+            for s, name_ in pairs:
+                params.update(state=s.value, queue=name_)
+                rows += conn.execute(query, params).fetchall()
+        rows.sort(key=itemgetter(query.at["id"]), reverse=True)
+        read = self._jobs["list_jobs_of_state_queue"].job
+        return [read(r) for r in rows[: max(limit, 0)]]
 
     # ---- signals -------------------------------------------------------------------------
     def queue_depths(self, queues: Sequence[str] | None = None) -> dict[str, QueueDepth]:
@@ -363,6 +391,10 @@ class SQLBroker(Broker):
             params = {"now": self._now(), "queues": self._queue_list(queues)}
         with self._reading() as conn:
             rows = conn.execute(query, params).fetchall()
+        return self._depths(query, rows)
+
+    @staticmethod
+    def _depths(query: Query, rows: Iterable[Row]) -> dict[str, QueueDepth]:
         fields = ("queue", "ready", "scheduled", "claimed", "running", "age_s")
         pick = itemgetter(*(query.at[c] for c in fields))
         return {
@@ -371,6 +403,47 @@ class SQLBroker(Broker):
             )
             for q, ready, scheduled, claimed, running, age in map(pick, rows)
         }
+
+    def stats(self) -> Stats:
+        """Unfinished jobs off their partial indexes (``queue_depths``) and finished ones
+        from the settled counts plus those not settled yet (``finished_counts``), in one
+        snapshot: the cost follows the backlog and the jobs finished since the last
+        settling, never the history. Past SETTLE_AT unsettled jobs, the call settles them
+        afterwards (``_settle``), so the next call reads fewer."""
+        depths, finished, unsettled = self._stats_read()
+        if unsettled >= base.SETTLE_AT:
+            self._settle_from_stats()
+        return stats_of(depths, finished)
+
+    @abstractmethod
+    def _stats_read(self) -> tuple[dict[str, QueueDepth], list[tuple[str, str, int]], int]:
+        """In one snapshot: the queue depths, the finished counts (queue, state, jobs) and
+        how many finished jobs were not settled yet."""
+
+    @staticmethod
+    def _finished(query: Query, rows: Iterable[Row]) -> tuple[list[tuple[str, str, int]], int]:
+        pick = itemgetter(*(query.at[c] for c in ("queue", "state", "jobs", "unsettled")))
+        counts, unsettled = [], 0
+        for queue, state, jobs, fresh in map(pick, rows):
+            counts.append((queue, state, int(jobs)))
+            unsettled += int(fresh)
+        return counts, unsettled
+
+    @abstractmethod
+    def _settle(self) -> None:
+        """Add the finished jobs not settled yet to the settled counts and move the horizon
+        past them (see the dialect's 0004 migration)."""
+
+    def _settle_from_stats(self) -> None:
+        """``_settle`` for a stats call; a dialect may skip what a reader cannot write."""
+        self._settle()
+
+    def prune(self, retention: Retention, batch: int = 1000) -> int:
+        """Also settles: a worker's pruner keeps the unsettled jobs few even when no one
+        calls stats."""
+        deleted = super().prune(retention, batch)
+        self._settle()
+        return deleted
 
     def arrivals(self, after_id: int | None) -> tuple[int, dict[str, int]]:
         """Off the primary key: the highest id, or a range of at most ARRIVALS_SCAN ids

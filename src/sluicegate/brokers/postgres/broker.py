@@ -20,20 +20,20 @@ from typing import Any
 
 from ...codec import dumps
 from ...errors import BrokerUnavailable, ConfigError, EnqueueFateUnknown, LeaseLost
-from ...job import Claim, Job, JobId, JobSpec, JobState, in_claim_order
+from ...job import TERMINAL, Claim, Job, JobId, JobSpec, JobState, in_claim_order
 from ...limits import local_host
 from ..base import (
     FORGET_WORKERS_AFTER,
     ClaimBatch,
+    QueueDepth,
     RecordBatch,
     Recovery,
-    Stats,
     WorkerInfo,
     WorkerList,
     private_folder,
     worker_died_error,
 )
-from ..sqlbase import Row, SQLBroker, fold_stats, matched, worker_params, worker_records
+from ..sqlbase import Row, SQLBroker, matched, worker_params, worker_records
 from ..sqlfiles import JOB_COLUMNS, Query
 from ..wakeups import Subscribers
 from .connections import ConnectionLost, Connections, psycopg
@@ -389,6 +389,9 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         get = self._queries["get_job"]
         with self._db.transaction() as conn:
             params = {"id": job_id, "now": self._now()}
+            if query == "revive":  # a settled job leaves the counts (nothing if not revived)
+                conn.execute(self._queries["lock_horizon"])
+                conn.execute(self._queries["unsettle_revived"], params)
             row = conn.execute(self._queries[query], params).fetchone()
             if row is not None:
                 if query == "revive":
@@ -404,14 +407,40 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
     def _listing(self) -> contextlib.AbstractContextManager[Any]:
         return self._db.custom_plans()  # the filter decides which partial index fits
 
-    def stats(self) -> Stats:
-        counts, ages = self._queries["count_by_queue_state"], self._queries["oldest_ready"]
-        now = {"now": self._now()}
+    listed_by_queue = TERMINAL  # unfinished states: the backlog, off its partial index
+
+    def _stats_read(self) -> tuple[dict[str, QueueDepth], list[tuple[str, str, int]], int]:
+        q = self._queries
+        depths, finished = q["queue_depths"], q["finished_counts"]
         with self._db.transaction() as conn:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            count_rows = conn.execute(counts, now).fetchall()
-            age_rows = conn.execute(ages, now).fetchall()
-        return fold_stats(counts, count_rows, ages, age_rows)
+            conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+            depth_rows = conn.execute(depths, {"now": self._now()}).fetchall()
+            finished_rows = conn.execute(finished, self._horizon(conn)).fetchall()
+        return self._depths(depths, depth_rows), *self._finished(finished, finished_rows)
+
+    def _horizon(self, conn: Any) -> dict[str, Any]:
+        query = self._queries["horizon"]
+        row = conn.execute(query).fetchone()
+        return {"xmax": row[query.at["xmax"]], "xip": row[query.at["xip"]]}
+
+    def _settle(self, wait: bool = True) -> None:
+        """One statement under the horizon row's lock, committed without waiting for the
+        WAL flush (lost in a crash, the counts are as they were, and still right). With
+        ``wait`` false, nothing happens while someone else holds the row."""
+        q = self._queries
+        with self._db.transaction() as conn:
+            conn.execute("SET LOCAL synchronous_commit = off")
+            conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+            lock = q["lock_horizon" if wait else "try_lock_horizon"]
+            if conn.execute(lock).fetchone() is not None:
+                conn.execute(q["settle"], self._horizon(conn))
+
+    def _settle_from_stats(self) -> None:
+        """Never waits for a prune or another settling; a role that may only read (or a
+        standby) still gets its stats, unsettled."""
+        with contextlib.suppress(ConfigError, psycopg.errors.ReadOnlySqlTransaction):
+            self._settle(wait=False)
 
     def _queue_list(self, queues: Sequence[str]) -> list[str]:
         return list(queues)
@@ -443,12 +472,14 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
 
     # ---- retention ----------------------------------------------------------------------
     def prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
-        """Pruners may run at once: SKIP LOCKED gives each its own rows and its own count."""
+        """Pruners take turns on the horizon row (their batches change the settled counts);
+        SKIP LOCKED still keeps them off rows someone else holds, a revive's say."""
         params = {"state": state.value, "older_than": older_than, "batch": batch}
+        query = self._queries["prune"]
         with self._db.custom_plans() as conn:
-            return int(
-                conn.execute(self._queries["prune"], {**params, "now": self._now()}).rowcount
-            )
+            conn.execute(self._queries["lock_horizon"])
+            row = conn.execute(query, {**params, "now": self._now()}).fetchone()
+        return int(row[query.at["deleted"]])
 
     # ---- wake-ups -----------------------------------------------------------------------
     def wake_claimers(self) -> None:

@@ -12,12 +12,13 @@ import os
 import secrets
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
 
 from ...codec import dumps, loads
-from ...errors import ConfigError
+from ...errors import BrokerUnavailable, ConfigError
 from ...job import Claim, ClaimedJob, Job, JobId, JobSpec, JobState, in_claim_order
 from ...limits import (
     Candidate,
@@ -30,13 +31,14 @@ from ...limits import (
     room,
 )
 from ...outcomes import Failed
+from .. import base
 from ..base import (
     FORGET_WORKERS_AFTER,
     ClaimBatch,
     LimitFigures,
+    QueueDepth,
     RecordBatch,
     Recovery,
-    Stats,
     WorkerInfo,
     WorkerList,
     unknown_limit,
@@ -48,7 +50,6 @@ from ..sqlbase import (
     Row,
     SQLBroker,
     UrlOptions,
-    fold_stats,
     limit_params,
     matched,
     worker_params,
@@ -490,6 +491,8 @@ class SQLiteBroker(SQLBroker):
     def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:
         get = self._queries["get_job"]
         with self._db.write() as conn:
+            if query == "revive":  # a settled job leaves the counts (nothing if not revived)
+                conn.execute(self._queries["unsettle_revived"], {"id": job_id})
             row = conn.execute(
                 self._queries[query], {"id": job_id, "now": self._clock()}
             ).fetchone()
@@ -500,25 +503,56 @@ class SQLiteBroker(SQLBroker):
 
     # ---- retention ------------------------------------------------------------
     def prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
+        """Deletes a batch and takes its settled jobs out of the counts, in one transaction."""
+        q = self._queries
+        at = itemgetter(*(q["prune"].at[c] for c in ("queue", "state", "settled")))
         with self._db.write() as conn:
             params = {"state": state.value, "cutoff": self._clock() - older_than, "batch": batch}
-            return int(conn.execute(self._queries["prune"], params).rowcount)
+            gone = [at(r) for r in conn.execute(q["prune"], params)]
+            settled = Counter((queue, state_) for queue, state_, was in gone if was)
+            conn.executemany(
+                q["unsettle"],
+                [{"queue": k[0], "state": k[1], "jobs": n} for k, n in sorted(settled.items())],
+            )
+        return len(gone)
 
     # ---- read side ----------------------------------------------------------
     def _reading(self) -> contextlib.AbstractContextManager[Any]:
         return self._db.read()
 
-    def stats(self) -> Stats:
-        counts, ages = self._queries["count_by_queue_state"], self._queries["oldest_ready"]
+    def _stats_read(self) -> tuple[dict[str, QueueDepth], list[tuple[str, str, int]], int]:
+        q = self._queries
+        depths, finished = q["queue_depths"], q["finished_counts"]
         with self._db.read() as conn:
             conn.execute("BEGIN")  # one snapshot for both queries
             try:
-                now = {"now": self._clock()}
-                count_rows = conn.execute(counts, now).fetchall()
-                age_rows = conn.execute(ages, now).fetchall()
+                depth_rows = conn.execute(depths, {"now": self._clock()}).fetchall()
+                finished_rows = conn.execute(finished).fetchall()
             finally:
                 conn.execute("COMMIT")
-        return fold_stats(counts, count_rows, ages, age_rows)
+        return self._depths(depths, depth_rows), *self._finished(finished, finished_rows)
+
+    def _settle(self) -> None:
+        """In steps of at most SETTLE_STEP jobs, each its own short write transaction
+        (relaxed: lost in a power cut, the counts are as they were, and still right)."""
+        q = self._queries
+        bound = q["settle_bound"]
+        more = True
+        while more:
+            with self._db.write(relaxed=True) as conn:
+                row = conn.execute(bound, {"chunk": base.SETTLE_STEP}).fetchone()
+                step_end, last = row[bound.at["step_end"]], row[bound.at["last"]]
+                if last is None:
+                    return
+                more = step_end is not None
+                upto = {"bound": step_end if more else last}
+                conn.execute(q["settle"], upto)
+                conn.execute(q["move_horizon"], upto)
+
+    def _settle_from_stats(self) -> None:
+        """A reader that cannot write (a read-only file, a busy lock) still gets its stats."""
+        with contextlib.suppress(sqlite3.OperationalError, BrokerUnavailable):
+            self._settle()
 
     # ---- wake-ups -----------------------------------------------------------
     def wakeups_healthy(self) -> bool:

@@ -34,9 +34,10 @@ as ``spec``, ``put``, ``take`` and ``make_state`` for cases of your own), ``enqu
 cancel, retry), ``recover_worker`` (a dead worker's jobs, at once), ``read_wakeups`` (read side, subscribe, reopening), ``limits`` (dependency
 limits: concurrency, rate, scope, partitions, overrides), ``registry`` (the worker
 registry, queue depths and arrivals), ``edge_values`` (values at the edges of what is
-accepted, stored and read back alike), ``races`` (threads and
-processes claiming and recovering), ``lifecycle_races`` (an outcome against lease expiry,
-cancel against claim and backoff, retry against retry: thousands of jobs each) and
+accepted, stored and read back alike), ``races`` (threads and processes claiming and
+recovering), ``lifecycle_races`` (an outcome against lease expiry, cancel against claim and
+backoff, retry against retry: thousands of jobs each), ``stats_counts`` (stats and
+listings against a count of every job, whenever finished counts settle) and
 ``reference_model`` (random operations against the reference broker).
 """
 
@@ -55,6 +56,7 @@ from . import (
     recovery_actions,
     reference_model,
     registry,
+    stats_counts,
 )
 from .edge_values import *  # noqa: F403
 from .enqueue_claim import *  # noqa: F403
@@ -77,6 +79,7 @@ from .recover_worker import *  # noqa: F403
 from .recovery_actions import *  # noqa: F403
 from .reference_model import *  # noqa: F403
 from .registry import *  # noqa: F403
+from .stats_counts import *  # noqa: F403
 
 # What ``import *`` hands a test module: the fixtures, then every test, in suite order.
 __all__ = [
@@ -92,4 +95,5 @@ __all__ = [
     *races.__all__,
     *lifecycle_races.__all__,
     *reference_model.__all__,
+    *stats_counts.__all__,
 ]

@@ -440,6 +440,7 @@ RETURNING j.id, c.token;
 -- columns: id, token
 UPDATE {schema}.jobs AS j
 SET state = {succeeded}, result = c.result, finished_at = {now},
+    finish_xid = pg_current_xact_id(),
     started_at = CASE WHEN j.state = {running} THEN j.started_at ELSE {now} END,
     lease_expires_at = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[]) AS c(id, token, result)
@@ -461,6 +462,7 @@ RETURNING j.id, c.token, j.queue;
 -- columns: id, token
 UPDATE {schema}.jobs AS j
 SET state = {dead}, last_error = c.error, finished_at = {now}, lease_expires_at = NULL,
+    finish_xid = pg_current_xact_id(),
     started_at = CASE WHEN j.state = {running} THEN j.started_at ELSE {now} END
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[]) AS c(id, token, error)
 WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({bury_from})
@@ -508,6 +510,7 @@ WITH expired AS (
 UPDATE {schema}.jobs AS j
 SET state = CASE WHEN j.attempts >= j.max_attempts THEN {dead} ELSE {ready} END,
     finished_at = CASE WHEN j.attempts >= j.max_attempts THEN {now} ELSE NULL END,
+    finish_xid = CASE WHEN j.attempts >= j.max_attempts THEN pg_current_xact_id() END,
     lease_expires_at = NULL, lease_token = NULL,
     worker_id = CASE WHEN j.attempts >= j.max_attempts THEN j.worker_id ELSE NULL END,
     last_error = json_build_object('type', 'WorkerLost', 'traceback', '',
@@ -550,14 +553,15 @@ RETURNING j.id, j.state, j.queue;
 -- name: cancel
 -- returns: job
 UPDATE {schema}.jobs
-SET state = {cancelled}, finished_at = {now}, lease_expires_at = NULL, lease_token = NULL
+SET state = {cancelled}, finished_at = {now}, lease_expires_at = NULL, lease_token = NULL,
+    finish_xid = pg_current_xact_id()
 WHERE id = %(id)s AND state IN ({cancel_from})
 RETURNING {job_columns};
 
 -- name: revive
 -- returns: job
 UPDATE {schema}.jobs
-SET state = {ready}, attempts = 0, run_at = {now}, finished_at = NULL,
+SET state = {ready}, attempts = 0, run_at = {now}, finished_at = NULL, finish_xid = NULL,
     lease_expires_at = NULL, worker_id = NULL, lease_token = NULL
 WHERE id = %(id)s AND state IN ({revive_from})
 RETURNING {job_columns};
@@ -568,34 +572,138 @@ SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: list_jobs
 -- returns: job
+-- Operator listings, newest first, at most %(limit)s rows, never a sort of the table
+-- (planned per call: custom plans, so the state given picks its partial index). No
+-- filter: the primary key from its end. Filtered: list_jobs_of_state_queue once per
+-- (state, queue) pair the filter covers, merged by id (SQLBroker.list_jobs); a state
+-- alone that is not finished: list_jobs_of_state.
+SELECT {job_columns} FROM {schema}.jobs ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: list_jobs_of_state_queue
+-- returns: job
+-- A finished state: one range of jobs_listing (state, queue, id), read backwards. An
+-- unfinished one: the queue's jobs in that state (the backlog) off their partial index.
+-- Ready jobs have two (jobs_ready without limits, jobs_gated with): the OR, always true,
+-- lets the planner read both instead of the table.
 SELECT {job_columns} FROM {schema}.jobs
-WHERE (%(state)s::text IS NULL OR state = %(state)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+WHERE state = %(state)s AND queue = %(queue)s AND (limits IS NULL OR limits IS NOT NULL)
 ORDER BY id DESC
 LIMIT %(limit)s;
 
--- name: count_by_queue_state
--- columns: queue, shown, jobs
-SELECT queue,
-       CASE WHEN state = {scheduled} AND run_at <= {now} THEN {ready} ELSE state END AS shown,
-       count(*) AS jobs
-FROM {schema}.jobs GROUP BY 1, 2;
+-- name: list_jobs_of_state
+-- returns: job
+-- An unfinished state, every queue: that state's partial index (the backlog; ready jobs:
+-- both of theirs, as above).
+SELECT {job_columns} FROM {schema}.jobs
+WHERE state = %(state)s AND (limits IS NULL OR limits IS NOT NULL)
+ORDER BY id DESC
+LIMIT %(limit)s;
 
--- name: oldest_ready
--- columns: queue, age_s
-SELECT queue, extract(epoch FROM {now} - min(run_at))::float8 AS age_s FROM {schema}.jobs
-WHERE state = {ready} OR (state = {scheduled} AND run_at <= {now})
-GROUP BY queue;
+-- name: queues_of_state
+-- columns: queue
+-- The queues with finished jobs in a state, one seek each (a loose scan of jobs_listing):
+-- the cost follows the number of queues, not of jobs.
+WITH RECURSIVE queues AS (
+    SELECT min(queue) AS queue FROM {schema}.jobs WHERE state = %(state)s
+    UNION ALL
+    SELECT (SELECT min(queue) FROM {schema}.jobs
+            WHERE state = %(state)s AND queue > queues.queue)
+    FROM queues WHERE queues.queue IS NOT NULL
+)
+SELECT queue FROM queues WHERE queue IS NOT NULL;
+
+-- name: horizon
+-- columns: xmax, xip
+-- The horizon, as the parameters of fragment_unsettled: its xmax and its xip list.
+SELECT pg_snapshot_xmax(horizon)::text AS xmax,
+       ARRAY(SELECT pg_snapshot_xip(horizon))::text[] AS xip
+FROM {schema}.stats_horizon;
+
+-- name: fragment_unsettled
+-- Finished jobs per queue and state that stats_settled does not count yet: stamped by a
+-- transaction that was running when the horizon was taken (in its xip list) or began
+-- after it (at or above its xmax). A range at the top of jobs_settling and one probe per
+-- transaction then running. Planned for the values given (custom plans): a generic plan
+-- cannot tell a range of the newest transactions from a third of the table.
+SELECT queue, state, count(*) AS jobs FROM {schema}.jobs
+WHERE finish_xid >= %(xmax)s::xid8 OR finish_xid = ANY (%(xip)s::text[]::xid8[])
+GROUP BY queue, state
+
+-- name: finished_counts
+-- columns: queue, state, jobs, unsettled
+-- Finished jobs per queue and state: the settled counts plus the jobs not settled yet
+-- (read in the same snapshot as the horizon given); ``unsettled`` says how many of them
+-- were not.
+WITH unsettled AS ({fragment_unsettled})
+SELECT queue, state, sum(jobs)::bigint AS jobs, sum(unsettled)::bigint AS unsettled
+FROM (
+    SELECT queue, state, jobs, 0 AS unsettled FROM {schema}.stats_settled
+    UNION ALL
+    SELECT queue, state, jobs, jobs FROM unsettled
+) AS c
+GROUP BY queue, state
+HAVING sum(jobs) <> 0;
+
+-- name: lock_horizon
+-- columns: locked
+-- Settling, pruning and reviving hold the horizon row until they commit: each sees the
+-- horizon and counts the others left. The statement after this takes a fresh snapshot.
+SELECT true AS locked FROM {schema}.stats_horizon FOR UPDATE;
+
+-- name: try_lock_horizon
+-- columns: locked
+-- A stats call settles only if no one holds the horizon: it never waits.
+SELECT true AS locked FROM {schema}.stats_horizon FOR UPDATE SKIP LOCKED;
+
+-- name: settle
+-- The unsettled jobs join the settled counts and this statement's own snapshot becomes
+-- the horizon: every job counted was committed in it, every job left out was not (one
+-- statement, one snapshot). The caller holds the horizon row and read it after the lock.
+WITH unsettled AS ({fragment_unsettled}),
+added AS (
+    INSERT INTO {schema}.stats_settled AS s (queue, state, jobs)
+    SELECT queue, state, jobs FROM unsettled
+    ON CONFLICT (queue, state) DO UPDATE SET jobs = s.jobs + excluded.jobs
+)
+UPDATE {schema}.stats_horizon SET horizon = pg_current_snapshot(), settled_at = now();
+
+-- name: unsettle_revived
+-- A dead or cancelled job about to be revived (same transaction, before the revive, the
+-- horizon row held): out of the settled counts if it is in them. Locks the job's row, so
+-- the revive that follows finds it as read here.
+UPDATE {schema}.stats_settled AS s SET jobs = s.jobs - 1
+FROM (SELECT queue, state, finish_xid FROM {schema}.jobs
+      WHERE id = %(id)s AND state IN ({revive_from})
+      FOR UPDATE) AS j,
+     {schema}.stats_horizon AS h
+WHERE s.queue = j.queue AND s.state = j.state
+  AND (j.finish_xid IS NULL OR pg_visible_in_snapshot(j.finish_xid, h.horizon));
 
 -- name: prune
--- Small batches keep locks short; the caller repeats until nothing is left.
-DELETE FROM {schema}.jobs
-WHERE id IN (
-    SELECT id FROM {schema}.jobs
-    WHERE state = %(state)s AND finished_at < {now} - make_interval(secs => %(older_than)s)
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-);
+-- columns: deleted
+-- Small batches keep locks short; the caller repeats until nothing is left. The settled
+-- jobs deleted leave the settled counts in the same statement (the caller holds the
+-- horizon row: pruners take turns).
+WITH gone AS (
+    DELETE FROM {schema}.jobs
+    WHERE id IN (
+        SELECT id FROM {schema}.jobs
+        WHERE state = %(state)s AND finished_at < {now} - make_interval(secs => %(older_than)s)
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING queue, state, finish_xid
+), settled AS (
+    SELECT g.queue, g.state, count(*) AS jobs
+    FROM gone AS g, {schema}.stats_horizon AS h
+    WHERE g.finish_xid IS NULL OR pg_visible_in_snapshot(g.finish_xid, h.horizon)
+    GROUP BY g.queue, g.state
+), unsettled AS (
+    UPDATE {schema}.stats_settled AS s SET jobs = s.jobs - settled.jobs
+    FROM settled
+    WHERE s.queue = settled.queue AND s.state = settled.state
+)
+SELECT count(*) AS deleted FROM gone;
 
 
 -- name: register_limits

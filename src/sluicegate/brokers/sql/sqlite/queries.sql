@@ -208,6 +208,7 @@ RETURNING jobs.id, jobs.lease_token AS token;
 -- started_at of an earlier attempt must not stand in for this one. Same for fail_*.
 UPDATE jobs
 SET state = {succeeded}, result = c.result, finished_at = :now,
+    finish_seq = {fragment_finish_seq},
     started_at = CASE WHEN jobs.state = {running} THEN jobs.started_at ELSE :now END,
     lease_expires_at = NULL
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token,
@@ -232,6 +233,7 @@ RETURNING jobs.id, jobs.lease_token AS token;
 -- columns: id, token
 UPDATE jobs
 SET state = {dead}, last_error = c.error, finished_at = :now, lease_expires_at = NULL,
+    finish_seq = {fragment_finish_seq},
     started_at = CASE WHEN jobs.state = {running} THEN jobs.started_at ELSE :now END
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token,
              json_extract(value, '$[2]') AS error
@@ -261,6 +263,7 @@ SELECT 1 AS found FROM jobs WHERE state IN ({held}) AND lease_expires_at < :now 
 UPDATE jobs
 SET state = CASE WHEN attempts >= max_attempts THEN {dead} ELSE {ready} END,
     finished_at = CASE WHEN attempts >= max_attempts THEN :now ELSE NULL END,
+    finish_seq = CASE WHEN attempts >= max_attempts THEN {fragment_finish_seq} END,
     worker_id = CASE WHEN attempts >= max_attempts THEN worker_id ELSE NULL END,
     lease_expires_at = NULL,
     last_error = json_object('type', 'WorkerLost', 'traceback', '',
@@ -287,14 +290,16 @@ RETURNING id, state;
 
 -- name: cancel
 -- returns: job
-UPDATE jobs SET state = {cancelled}, finished_at = :now, lease_expires_at = NULL
+UPDATE jobs
+SET state = {cancelled}, finished_at = :now, lease_expires_at = NULL,
+    finish_seq = {fragment_finish_seq}
 WHERE id = :id AND state IN ({cancel_from})
 RETURNING {job_columns};
 
 -- name: revive
 -- returns: job
 UPDATE jobs
-SET state = {ready}, attempts = 0, run_at = :now, finished_at = NULL,
+SET state = {ready}, attempts = 0, run_at = :now, finished_at = NULL, finish_seq = NULL,
     lease_expires_at = NULL, worker_id = NULL
 WHERE id = :id AND state IN ({revive_from})
 RETURNING {job_columns};
@@ -305,33 +310,106 @@ SELECT {job_columns} FROM jobs WHERE id = :id;
 
 -- name: list_jobs
 -- returns: job
-SELECT {job_columns} FROM jobs
-WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
+-- Operator listings, newest first, at most :limit rows, never a sort of the table. No
+-- filter: the primary key from its end. Filtered: list_jobs_of_state_queue, once per
+-- (state, queue) pair the filter covers, merged by id (SQLBroker.list_jobs).
+SELECT {job_columns} FROM jobs ORDER BY id DESC LIMIT :limit;
+
+-- name: list_jobs_of_state_queue
+-- returns: job
+-- One range of jobs_state_queue read backwards: (state, queue), like every SQLite index,
+-- ends with the id.
+SELECT {job_columns} FROM jobs INDEXED BY jobs_state_queue
+WHERE state = :state AND queue = :queue
 ORDER BY id DESC
 LIMIT :limit;
 
--- name: count_by_queue_state
--- columns: queue, shown, jobs
--- Due scheduled jobs count as ready: a claim would promote them first.
-SELECT queue,
-       CASE WHEN state = {scheduled} AND run_at <= :now THEN {ready} ELSE state END AS shown,
-       count(*) AS jobs
-FROM jobs GROUP BY queue, shown;
+-- name: queues_of_state
+-- columns: queue
+-- The queues with jobs in a state, one index seek each (a loose scan of jobs_state_queue):
+-- the cost follows the number of queues, not of jobs.
+WITH RECURSIVE queues(queue) AS (
+    SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_state_queue WHERE state = :state)
+    UNION ALL
+    SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_state_queue
+            WHERE state = :state AND queue > queues.queue)
+    FROM queues WHERE queues.queue IS NOT NULL
+)
+SELECT queue FROM queues WHERE queue IS NOT NULL;
 
--- name: oldest_ready
--- columns: queue, age_s
-SELECT queue, :now - min(run_at) AS age_s FROM jobs
-WHERE state = {ready} OR (state = {scheduled} AND run_at <= :now)
-GROUP BY queue;
+-- name: fragment_finish_seq
+-- A finishing write's stamp (see 0004_stats.sql): above every stamp settled and every one
+-- given so far; rows finished in one statement share it. Two index seeks; the write lock
+-- orders stamps as their commits.
+(SELECT max(coalesce((SELECT max(finish_seq) FROM jobs INDEXED BY jobs_settling
+                      WHERE finish_seq IS NOT NULL), 0),
+            (SELECT seq FROM stats_horizon)) + 1)
+
+-- name: finished_counts
+-- columns: queue, state, jobs, unsettled
+-- Finished jobs per queue and state: the settled counts plus the jobs stamped above the
+-- horizon (a range at the end of jobs_settling, covering); ``unsettled`` says how many of
+-- them were not settled yet.
+SELECT queue, state, sum(jobs) AS jobs, sum(unsettled) AS unsettled
+FROM (
+    SELECT queue, state, jobs, 0 AS unsettled FROM stats_settled
+    UNION ALL
+    SELECT queue, state, count(*) AS jobs, count(*) AS unsettled
+    FROM jobs INDEXED BY jobs_settling
+    WHERE finish_seq IS NOT NULL AND finish_seq > (SELECT seq FROM stats_horizon)
+    GROUP BY queue, state
+)
+GROUP BY queue, state
+HAVING sum(jobs) <> 0;
+
+-- name: settle_bound
+-- columns: step_end, last
+-- Where the next settling step stops: the stamp of the :chunk-th unsettled job (NULL when
+-- fewer wait: the step then goes to ``last``, the highest stamp; NULL when none waits).
+-- Steps keep the write lock short.
+SELECT (SELECT finish_seq FROM jobs INDEXED BY jobs_settling
+        WHERE finish_seq IS NOT NULL AND finish_seq > (SELECT seq FROM stats_horizon)
+        ORDER BY finish_seq LIMIT 1 OFFSET :chunk) AS step_end,
+       (SELECT max(finish_seq) FROM jobs INDEXED BY jobs_settling
+        WHERE finish_seq IS NOT NULL AND finish_seq > (SELECT seq FROM stats_horizon)) AS last;
+
+-- name: settle
+-- Jobs stamped above the horizon up to :bound join the settled counts (write lock held).
+INSERT INTO stats_settled (queue, state, jobs)
+SELECT queue, state, count(*) FROM jobs INDEXED BY jobs_settling
+WHERE finish_seq IS NOT NULL AND finish_seq > (SELECT seq FROM stats_horizon)
+  AND finish_seq <= :bound
+GROUP BY queue, state
+ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs;
+
+-- name: move_horizon
+UPDATE stats_horizon SET seq = :bound WHERE seq < :bound;
+
+-- name: unsettle
+-- Settled jobs that a prune deleted: out of the counts, in the delete's transaction.
+UPDATE stats_settled SET jobs = jobs - :jobs WHERE queue = :queue AND state = :state;
+
+-- name: unsettle_revived
+-- A dead or cancelled job about to be revived (same transaction, before the revive): out
+-- of the settled counts if it is in them.
+UPDATE stats_settled SET jobs = jobs - 1
+WHERE (queue, state) = (SELECT queue, state FROM jobs
+                        WHERE id = :id AND state IN ({revive_from})
+                          AND (finish_seq IS NULL
+                               OR finish_seq <= (SELECT seq FROM stats_horizon)));
 
 -- name: prune
--- Small batches keep the write lock short; the caller repeats until nothing is left.
+-- columns: queue, state, settled
+-- Small batches keep the write lock short; the caller repeats until nothing is left, and
+-- takes the settled ones out of the counts in the same transaction.
 DELETE FROM jobs
 WHERE id IN (
     SELECT id FROM jobs
     WHERE state = :state AND finished_at < :cutoff
     LIMIT :batch
-);
+)
+RETURNING queue, state,
+          finish_seq IS NULL OR finish_seq <= (SELECT seq FROM stats_horizon) AS settled;
 
 -- name: forget_workers
 -- Registry rows of workers gone (stopped, or unseen) since before :cutoff. A handful of
