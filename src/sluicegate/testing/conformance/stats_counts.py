@@ -121,6 +121,12 @@ class TestStatsCounts:
         finish(broker, "b", ["ack", "dead"])
         broker.cancel(put(broker, queue="c").id)
         check(broker, clock)
+        once = put(broker, queue="d", max_attempts=1)
+        again = put(broker, queue="d", max_attempts=2)
+        assert len(broker.claim(["d"], 2, 30.0, "w3")) == 2
+        recovered = broker.recover_worker("w3")  # its process died: one dead, one requeued
+        assert (recovered.dead, recovered.requeued) == ([once.id], [again.id])
+        check(broker, clock)
 
     @pytest.mark.parametrize("when", SETTLING)
     def test_a_revived_job_counts_once_wherever_it_ends(

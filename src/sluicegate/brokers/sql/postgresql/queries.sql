@@ -543,6 +543,7 @@ WITH held AS (
 UPDATE {schema}.jobs AS j
 SET state = CASE WHEN j.attempts >= j.max_attempts THEN {dead} ELSE {ready} END,
     finished_at = CASE WHEN j.attempts >= j.max_attempts THEN {now} ELSE NULL END,
+    finish_xid = CASE WHEN j.attempts >= j.max_attempts THEN pg_current_xact_id() END,
     lease_expires_at = NULL, lease_token = NULL,
     worker_id = CASE WHEN j.attempts >= j.max_attempts THEN j.worker_id ELSE NULL END,
     last_error = %(error)s

@@ -282,6 +282,7 @@ RETURNING id, state;
 UPDATE jobs
 SET state = CASE WHEN attempts >= max_attempts THEN {dead} ELSE {ready} END,
     finished_at = CASE WHEN attempts >= max_attempts THEN :now ELSE NULL END,
+    finish_seq = CASE WHEN attempts >= max_attempts THEN {fragment_finish_seq} END,
     worker_id = CASE WHEN attempts >= max_attempts THEN worker_id ELSE NULL END,
     lease_expires_at = NULL,
     last_error = :error
