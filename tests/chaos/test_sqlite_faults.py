@@ -64,7 +64,11 @@ def effects_by_job(effects_db: str) -> dict[int, list[tuple[int, int]]]:
 
 
 def stop_all(workers: list[WorkerProcess]) -> None:
+    """SIGTERM each worker once it has started (a worker still importing, as a replacement
+    started just before may be on a loaded machine, has no handler yet and would die of
+    it), then expect a graceful exit."""
     for worker in workers:
+        wait_for(lambda w=worker: " started: " in w.log() or not w.alive(), timeout=60)
         worker.send(signal.SIGTERM)
     for worker in workers:
         assert worker.wait(30) == 0, worker.log()
