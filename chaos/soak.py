@@ -71,6 +71,17 @@ FAULT_WEIGHTS = (3, 3, 2, 2, 1)
 PROTECTED = 2  # the first workers are never SIGKILLed: the RSS witnesses
 
 
+def _gap(text: str) -> tuple[float, float]:
+    """``LO,HI`` seconds, 0 < LO <= HI."""
+    try:
+        lo, hi = (float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LO,HI seconds, got {text!r}") from None
+    if not 0 < lo <= hi:
+        raise argparse.ArgumentTypeError(f"expected 0 < LO <= HI, got {text!r}")
+    return lo, hi
+
+
 def with_params(url: str, port: int | None = None, **params: str) -> str:
     parts = urlsplit(url)
     netloc = parts.netloc
@@ -314,11 +325,13 @@ class Soak:
         self.start_producers()
         time.sleep(min(5.0, self.args.seconds / 6))  # a calm start
         end = began + self.args.seconds
+        unfired = list(FAULT_KINDS) if self.args.every_kind else []
+        self.rng.shuffle(unfired)
         while time.monotonic() < end:
-            kind = self.rng.choices(FAULT_KINDS, FAULT_WEIGHTS)[0]
+            kind = unfired.pop() if unfired else self.rng.choices(FAULT_KINDS, FAULT_WEIGHTS)[0]
             self.fire(kind)
             say(f"  {time.monotonic() - began:6.1f} s  {kind}")
-            gap = self.rng.uniform(2.0, 6.0)
+            gap = self.rng.uniform(*self.args.fault_gap)
             time.sleep(max(0.0, min(gap, end - time.monotonic())))
         faulted = time.monotonic() - began
         for producer in self.producers:
@@ -608,6 +621,16 @@ def main() -> int:
     parser.add_argument("--out", default="chaos-report.txt")
     parser.add_argument("--workdir", default=None, help="logs and effects (default: a temp dir)")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument(
+        "--fault-gap",
+        type=_gap,
+        default=(2.0, 6.0),
+        metavar="LO,HI",
+        help="seconds between faults, drawn uniformly (default 2,6)",
+    )
+    parser.add_argument(
+        "--every-kind", action="store_true", help="fire each kind of fault once before any repeats"
+    )
     parser.add_argument("--produce", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -18,7 +18,7 @@ from sg_harness import Fleet, WorkerProcess, wait_for
 pytestmark = sg_brokers.over_brokers
 
 INTERVAL = 0.2  # s between registry heartbeats
-LEASE = 4.0  # s: a worker silent for longer than this is lost
+LEASE = 2.5  # s: a worker silent for longer than this is lost
 EXTRA = ("--publish-interval", str(INTERVAL))
 
 

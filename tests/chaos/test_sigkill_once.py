@@ -21,8 +21,8 @@ from sluicegate import App, Job, JobState
 pytestmark = over_brokers
 
 WORKERS = 3
-JOBS = 120  # half on a thread pool, half on a process pool
-KILLS = 8
+JOBS = 80  # half on a thread pool, half on a process pool
+KILLS = 5
 LEASE = 1.0
 POOLS = ["once=once:3:thread", "oncep=once_p:2:process"]
 QUEUES = ("once", "once_p")
