@@ -15,16 +15,16 @@ LEFT, RIGHT, TOP, BOTTOM = 52, 592, 12, 126  # the plot area inside the view box
 SERIES_CLASSES = 8  # series-0 .. series-7, then round again
 
 
-def bar(fraction: float | None, label: str = "") -> Markup:
+def bar(fraction: float | None, label: str = "", hot: bool = True) -> Markup:
     """A horizontal bar for busy/slots or in use/capacity (0..1, clamped); ``bar-hot``
-    from 90% up, so a saturated budget stands out."""
+    from 90% up, so a saturated budget stands out (``hot=False``: a plain comparison)."""
     f = 0.0 if fraction is None or math.isnan(fraction) else max(0.0, min(1.0, fraction))
-    hot = " bar-hot" if f >= 0.9 else ""
+    hot_class = " bar-hot" if hot and f >= 0.9 else ""
     return Markup(
         '<svg class="bar{hot}" viewBox="0 0 100 8" preserveAspectRatio="none" role="img"'
         ' aria-label="{label}"><rect class="bar-bg" width="100" height="8"/>'
         '<rect class="bar-fill" width="{w:.1f}" height="8"/></svg>'
-    ).format(hot=hot, label=label or f"{100 * f:.0f}%", w=100 * f)
+    ).format(hot=hot_class, label=label or f"{100 * f:.0f}%", w=100 * f)
 
 
 def nice_ceiling(value: float) -> float:
