@@ -169,3 +169,12 @@ def test_a_form_too_large_is_refused(dash_app: App) -> None:
     big = {"csrf": csrf_of(c), "pad": "x" * 100_000}
     assert c.post(f"/jobs/{jobs.dead.id}/retry", data=big).status_code == 413
     assert state_of(dash_app, jobs.dead.id) == "dead"
+
+
+def test_counts_are_read_again_after_an_action(dash_app: App) -> None:
+    dead = bury(dash_app, "send", "email", 2)
+    c = client(dash_app)
+    tab = r'data-state="dead"[^>]*>dead <span class="count">{}</span>'
+    assert re.search(tab.format(2), c.get("/jobs").text)
+    post(c, f"/jobs/{dead[0]}/retry")
+    assert re.search(tab.format(1), c.get("/jobs").text)  # not the second-old read

@@ -36,8 +36,10 @@ BULK = 1000  # jobs one bulk call changes at most (the broker's own batch)
 BULK_PER_REQUEST = 10_000  # jobs one bulk request changes at most; press again for more
 HELD_SCAN = 2000  # claimed or running jobs read for the workers page (bounded by slots)
 # PENDING(list_jobs filters): until Broker.list_jobs takes task, unique_key and before_id,
-# a filtered page is cut from at most this many of the newest rows of (state, queue).
+# a page so filtered is cut from the newest rows of (state, queue), read in a window that
+# grows fourfold up to SCAN rows: page 2 reads about 200, a rare task up to SCAN.
 SCAN = 2000
+SYSTEM_TTL_S = 1.0  # a system read serves every page asked for within this (any browser)
 HISTORY_STEP_S = 60
 HISTORY_POINTS = 60
 
@@ -108,6 +110,8 @@ class Source:
     def __init__(self, broker: Callable[[], Broker], host: str | None = None) -> None:
         self._broker = broker
         self.host = host or local_host()  # for host-scoped limits in waiting_for
+        self._system: tuple[float, System] | None = None
+        self._system_lock = threading.Lock()
 
     @property
     def broker(self) -> Broker:
@@ -123,8 +127,25 @@ class Source:
 
     # ---- the system ---------------------------------------------------------------
     def system(self) -> System:
-        """Counts per queue and state (``stats``: settled counters, partial indexes) and
-        the workers' folded figures, with the depths of that same stats read."""
+        """Counts per queue and state and the workers' figures: one read serves every
+        request within SYSTEM_TTL_S, and concurrent requests wait for the same read, so
+        however many browsers refresh live the broker sees about one read a second."""
+        with self._system_lock:
+            cached = self._system
+            if cached is not None and time.monotonic() - cached[0] < SYSTEM_TTL_S:
+                return cached[1]
+            system = self._read_system()
+            self._system = (time.monotonic(), system)
+            return system
+
+    def forget(self) -> None:
+        """After an action: the next page reads the counts afresh."""
+        with self._system_lock:
+            self._system = None
+
+    def _read_system(self) -> System:
+        """``stats`` (settled counters and partial indexes, never a count of the table)
+        and the registry, folded with the depths of that same stats read."""
         stats = self.broker.stats()
         workers = self.broker.list_workers()
         view = fold(workers, depths_of(stats))
@@ -137,14 +158,6 @@ class Source:
 
     def workers(self) -> dict[str, Any]:
         return fold(self.broker.list_workers())
-
-    def broker_stats(self) -> Stats:
-        """Jobs per queue and state: partial indexes and settled counters, no count."""
-        return self.broker.stats()
-
-    def task_names(self) -> list[str]:
-        """Tasks the live workers have run (for the task filter's suggestions)."""
-        return sorted(fold(self.broker.list_workers())["tasks"])
 
     @staticmethod
     def clock() -> float:
@@ -174,21 +187,26 @@ class Source:
 
     # ---- jobs ---------------------------------------------------------------------
     def jobs(self, q: JobQuery) -> JobPage:
-        """One page, newest first, and where the next (older) one starts."""
-        # PENDING(list_jobs filters): replace the scan and the filter below with
+        """One page, newest first, and where the next (older) one starts: one index
+        range of at most a page and one row."""
+        if q.task is None and q.unique_key is None and q.before_id is None:
+            return page_of(self.broker.list_jobs(q.state, q.queue, q.limit + 1), q.limit)
+        # PENDING(list_jobs filters): replace the window below with one call,
         #   self.broker.list_jobs(q.state, q.queue, q.limit + 1, task=q.task,
         #                         unique_key=q.unique_key, before_id=q.before_id)
-        rows = self.broker.list_jobs(q.state, q.queue, SCAN)
-        found = [
-            job
-            for job in rows
-            if (q.task is None or job.task == q.task)
-            and (q.unique_key is None or job.unique_key == q.unique_key)
-            and (q.before_id is None or job.id < q.before_id)
-        ][: q.limit + 1]
-        more = len(found) > q.limit
-        page = found[: q.limit]
-        return JobPage(page, page[-1].id if more and page else None)
+        window = 4 * (q.limit + 1)
+        while True:
+            rows = self.broker.list_jobs(q.state, q.queue, window)
+            found = [
+                job
+                for job in rows
+                if (q.task is None or job.task == q.task)
+                and (q.unique_key is None or job.unique_key == q.unique_key)
+                and (q.before_id is None or job.id < q.before_id)
+            ]
+            if len(found) > q.limit or len(rows) < window or window >= SCAN:
+                return page_of(found, q.limit)
+            window = min(SCAN, 4 * window)
 
     def job(self, job_id: int) -> Job | None:
         return self.broker.get_job(job_id)
@@ -212,13 +230,16 @@ class Source:
 
     # ---- operator actions ---------------------------------------------------------
     def retry(self, job_id: int) -> Job:
+        self.forget()
         return self.broker.retry(job_id)
 
     def cancel(self, job_id: int) -> Job:
+        self.forget()
         return self.broker.cancel(job_id)
 
     def retry_matching(self, queue: str | None, task: str | None) -> int:
         """Dead jobs of the filter back to ready, up to BULK_PER_REQUEST."""
+        self.forget()
         done = 0
         while done < BULK_PER_REQUEST:
             # PENDING(bulk actions): n = self.broker.retry_matching(queue=queue, task=task,
@@ -233,6 +254,7 @@ class Source:
         """Unfinished jobs of the filter cancelled, up to BULK_PER_REQUEST."""
         if state in TERMINAL:
             raise InvalidTransition(f"cannot cancel {state.value} jobs: they have finished")
+        self.forget()
         done = 0
         while done < BULK_PER_REQUEST:
             # PENDING(bulk actions): n = self.broker.cancel_matching(state=state,
@@ -285,11 +307,19 @@ class Source:
         if not changes:
             raise ConfigError("give a concurrency, a rate or a burst")
         updated = dataclasses.replace(current, **changes)
+        self.forget()
         self.broker.set_limit(updated)
         return updated
 
     def reset_limit(self, name: str) -> Limit:
+        self.forget()
         return self.broker.reset_limit(name)
+
+
+def page_of(rows: list[Job], limit: int) -> JobPage:
+    """The first ``limit`` of ``rows`` (newest first), and whether an older page follows."""
+    page = rows[:limit]
+    return JobPage(page, page[-1].id if len(rows) > limit and page else None)
 
 
 def depths_of(stats: Stats) -> dict[str, QueueDepth]:

@@ -48,7 +48,8 @@ def _listing(request: Request, dead: bool) -> Response:
             return RedirectResponse(base_path(request.scope) + str(path), status_code=303)
         unique_key = search
     page = source.jobs(JobQuery(state, queue, task, unique_key, before))
-    stats = source.broker_stats()
+    system = source.system()
+    stats = system.stats
     counts = _state_counts(stats, queue)
     filters = {
         "state": None if dead else (state.value if state else None),
@@ -68,7 +69,7 @@ def _listing(request: Request, dead: bool) -> Response:
             "state": state.value if state else None,
             "counts": counts,
             "queues": sorted(stats.queues),
-            "tasks": source.task_names(),
+            "tasks": sorted(system.view["tasks"]),
             "states": STATES,
             "can_retry_all": state is JobState.DEAD,
             "can_cancel_all": state is not None and state in UNFINISHED,
