@@ -34,11 +34,11 @@ ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
 sys.path.insert(0, str(ROOT / "tests" / "dashboard"))
 
-import stats as fill  # noqa: E402
 from dash_kit import publish_worker  # noqa: E402
-from pgscratch import scratch_schema, server_info  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
+import stats as fill  # noqa: E402
+from pgscratch import scratch_schema, server_info  # noqa: E402
 from sluicegate import App  # noqa: E402
 from sluicegate.dashboard import asgi_app, data  # noqa: E402
 from sluicegate.job import JobState  # noqa: E402
