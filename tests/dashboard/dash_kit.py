@@ -25,7 +25,7 @@ TRACEBACK = (
     "    raise ValueError(address)\n"
     "ValueError: bad address"
 )
-CSRF = re.compile(r'name="csrf" value="([0-9a-f]+)"')
+CSRF = re.compile(r'name="sluicegate-csrf" content="([0-9a-f]+)"')
 
 
 @dataclass
@@ -87,15 +87,15 @@ def client(app: App, **options: Any) -> TestClient:
     return TestClient(asgi_app(app, **options), follow_redirects=False)
 
 
-def csrf_of(c: TestClient, path: str = "/login") -> str:
+def csrf_of(c: TestClient, path: str = "/") -> str:
     page = c.get(path)
     assert page.status_code == 200, page.text
     found = CSRF.search(page.text)
-    assert found, "no csrf field on the page"
+    assert found, "no CSRF token on the page"
     return found.group(1)
 
 
-def post(c: TestClient, path: str, data: dict[str, str] | None = None, page: str = "/login") -> Any:
+def post(c: TestClient, path: str, data: dict[str, str] | None = None, page: str = "/") -> Any:
     """POST a form as the page would: with its CSRF field (read from ``page``)."""
     form = {"csrf": csrf_of(c, page), **(data or {})}
     return c.post(path, data=form)

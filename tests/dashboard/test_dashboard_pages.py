@@ -16,7 +16,7 @@ from sluicegate.job import JobState
 
 pytestmark = over_brokers
 
-PAGES = ["/", "/jobs", "/dead", "/workers", "/limits", "/login"]
+PAGES = ["/", "/jobs", "/dead", "/workers", "/limits"]
 
 
 def test_every_page_renders_with_data(dash_app: App) -> None:
@@ -59,6 +59,8 @@ def test_every_page_renders_empty(dash_app: App) -> None:
     assert 'data-testid="limits-empty"' in c.get("/limits").text
     assert c.get("/queues/email").status_code == 404
     assert c.get("/jobs/12345").status_code == 404
+    to = c.get("/login?next=/workers")  # no token: nothing to sign in to
+    assert to.status_code == 303 and to.headers["location"] == "/workers"
 
 
 def test_filters_by_state_queue_and_task(dash_app: App) -> None:

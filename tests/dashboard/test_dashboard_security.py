@@ -36,7 +36,7 @@ ODD = [
     "</textarea></pre></title><!--",
 ]
 TOKEN = "a-long-dashboard-token-0123456789"
-PAGES = ["/", "/jobs", "/dead", "/workers", "/limits", "/queues/email", "/login"]
+PAGES = ["/", "/jobs", "/dead", "/workers", "/limits", "/queues/email"]
 
 
 def hostile(app: App) -> dict[str, int]:
@@ -181,7 +181,7 @@ def test_a_token_guards_every_page(dash_app: App) -> None:
     assert c.get("/", headers=bearer).status_code == 200
     assert c.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 303
 
-    token = csrf_of(c)
+    token = csrf_of(c, "/login")
     wrong = c.post("/login", data={"csrf": token, "token": "nope", "next": "/dead"})
     assert wrong.status_code == 401 and 'data-testid="login-failed"' in wrong.text
     assert c.post("/login", data={"token": TOKEN}).status_code == 403  # no CSRF field
@@ -200,7 +200,10 @@ def test_a_token_guards_every_page(dash_app: App) -> None:
 
 def test_read_only_with_a_token_still_signs_in(dash_app: App) -> None:
     c = client(dash_app, token=TOKEN, read_only=True)
-    done = c.post("/login", data={"csrf": csrf_of(c), "token": TOKEN, "next": "/"})
+    page = c.get("/login")
+    assert page.status_code == 200 and 'data-testid="login-form"' in page.text
+    assert_inert(page.text)
+    done = c.post("/login", data={"csrf": csrf_of(c, "/login"), "token": TOKEN, "next": "/"})
     assert done.status_code == 303
     assert c.get("/").status_code == 200
 
@@ -247,6 +250,7 @@ def test_mounted_under_a_prefix(dash_app: App) -> None:
             continue
         assert c.get(link).status_code in (200, 303), link
     token = re.search(r'name="csrf" value="([0-9a-f]+)"', c.get("/ops/jobs/dead").text)
+    assert 'name="sluicegate-csrf"' in c.get("/ops/jobs/").text
     assert token
     done = c.post(f"/ops/jobs/jobs/{jobs.dead.id}/retry",
                   data={"csrf": token.group(1), "next": f"/ops/jobs/jobs/{jobs.dead.id}"})  # fmt: skip

@@ -11,6 +11,9 @@ from ..security import Form, safe_next, sign_in, sign_out, slow_down
 
 
 def login_page(request: Request) -> Response:
+    """The sign-in form; without a token there is nothing to sign in to."""
+    if dashboard(request).policy.token is None:
+        return RedirectResponse(safe_next(request, request.query_params.get("next")), 303)
     return render(
         request,
         "login.html",
