@@ -7,7 +7,8 @@ line on stderr and exit 2 (bad input) or 1 (e.g. no such job); no tracebacks.
 One module per concern: ``common`` (the --broker option, error handling, opening the app,
 JSON arguments, retention options), ``cmd_worker`` (worker, tasks), ``cmd_jobs`` (enqueue,
 jobs ...), ``cmd_limits`` (limits list|set|reset), ``cmd_signals`` (stats, workers, health,
-size), ``top`` (the live view), ``cmd_ops`` (prune, migrate, demo). This module builds the
+size), ``top`` (the live view), ``cmd_ops`` (prune, migrate, demo), ``cmd_dashboard`` (the
+web dashboard, an optional extra imported only when it runs). This module builds the
 group.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import click
 
+from .cmd_dashboard import dashboard
 from .cmd_jobs import enqueue, jobs, jobs_cancel, jobs_list, jobs_retry, jobs_show
 from .cmd_limits import limits
 from .cmd_ops import demo, migrate, prune
@@ -38,6 +40,7 @@ __all__ = [
     "EXIT_FAILURE",
     "EXIT_USAGE",
     "broker_option",
+    "dashboard",
     "demo",
     "enqueue",
     "fail",
@@ -88,6 +91,7 @@ for _command in (
     workers,
     health,
     size,
+    dashboard,
     prune,
     migrate,
     demo,

@@ -1,0 +1,84 @@
+"""A job's timeline: the happy path from its own timestamps (enqueued, due, started,
+finished) and every other transition from its history (failed, recovered, released,
+cancelled, retried), in time order. Pure: it reads a Job and a list, nothing else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..job import Job, JobState
+
+
+def timeline(job: Job, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = [
+        _entry(job.enqueued_at, "enqueued", detail=f"into queue {job.queue}")
+    ]
+    if job.run_at > job.enqueued_at + 0.001 and not history:
+        entries.append(_entry(job.run_at, "due", detail="scheduled to be ready at this time"))
+    for item in history:
+        entries.append(_from_history(item))
+    if job.started_at is not None:
+        entries.append(
+            _entry(job.started_at, "started", attempt=job.attempts, worker=job.worker_id)
+        )
+    if job.finished_at is not None:
+        entries.append(
+            _entry(
+                job.finished_at,
+                job.state.value,
+                attempt=job.attempts,
+                error=str(job.last_error)
+                if job.state is JobState.DEAD and job.last_error
+                else None,
+            )
+        )
+    # Stable sort: entries of one instant keep the order of the job's life.
+    entries.sort(key=lambda e: (e["at"] is None, e["at"] or 0.0))
+    return entries
+
+
+def _entry(
+    at: float | None,
+    event: str,
+    *,
+    attempt: int | None = None,
+    worker: str | None = None,
+    error: str | None = None,
+    detail: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "at": at,
+        "event": event,
+        "attempt": attempt,
+        "worker": worker,
+        "error": error,
+        "detail": detail,
+        "retry_at": None,
+    }
+
+
+def _from_history(item: dict[str, Any]) -> dict[str, Any]:
+    """One history entry as the broker stored it; any field may be missing or odd."""
+    error = item.get("error")
+    text = None
+    if isinstance(error, dict):
+        kind, message = str(error.get("type") or ""), str(error.get("message") or "")
+        text = f"{kind}: {message}" if message else kind or None
+    elif error:
+        text = str(error)
+    detail = None
+    if item.get("dead"):
+        detail = "no attempts left: dead"
+    elif isinstance(item.get("retry_at"), int | float):
+        detail = "retry scheduled"
+    at = item.get("at")
+    attempt = item.get("attempt")
+    return {
+        "at": float(at) if isinstance(at, int | float) else None,
+        "event": str(item.get("event") or "?"),
+        "attempt": attempt if isinstance(attempt, int) else None,
+        "worker": str(item["worker"]) if item.get("worker") else None,
+        "error": text,
+        "detail": detail,
+        "retry_at": item.get("retry_at") if isinstance(item.get("retry_at"), int | float) else None,
+    }
