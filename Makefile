@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint format bench chaos clean
+.PHONY: demo test check lint format bench chaos browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,15 @@ CHAOS_MINUTES ?= 5
 CHAOS_SEED ?=
 chaos: $(STAMP)
 	$(BIN)/python chaos/soak.py --minutes $(CHAOS_MINUTES) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) --out chaos-report.txt
+
+# The dashboard's browser tests drive Debian's Chromium through Playwright (never a browser
+# downloaded at test time). Without it they are skipped with the reason, except in CI.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium \
+		|| { $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium; }; }
+	@chromium --version
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
