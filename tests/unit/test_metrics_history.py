@@ -1,15 +1,20 @@
 """The last hour by minute: each worker's wall-clock-aligned buckets (``metrics.minutes``
-through the recorder's snapshot), on fake clocks: no broker, no sleeping."""
+through the recorder's snapshot) and their cluster-wide merge (``metrics.history``), on
+fake clocks: no broker, no sleeping."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sluicegate.brokers.base import WorkerInfo, WorkerList, WorkerRecord
+from sluicegate.metrics.cluster import fold
+from sluicegate.metrics.history import POINTS, history
 from sluicegate.metrics.minutes import BUCKETS, STEP_S, MinuteBusy, MinuteCounts
 from sluicegate.metrics.recorder import WorkerMetrics
 from sluicegate.metrics.schema import Health, History, PoolHistory, QueueHistory, Snapshot
@@ -46,6 +51,21 @@ def recorder(
 def done(m: WorkerMetrics, at: float, outcome: str = "succeeded", queue: str = "emails") -> None:
     pool = "io" if queue == "emails" else "cpu"
     m.finished(pool, "send", queue, 0.01, outcome, 1, now=at)
+
+
+def row(snap: Snapshot, *, seen: float | None = None, stopped: bool = False) -> WorkerRecord:
+    """The registry row a publish of ``snap`` leaves, read back through JSON; ``seen``
+    (the broker's clock at the publish) defaults to the snapshot's own time."""
+    last_seen = snap["at"] if seen is None else seen
+    info = WorkerInfo(id=snap["worker"], host="h", pid=1, version="0", pools=())
+    return WorkerRecord(
+        info=info,
+        started_at=last_seen - snap["uptime_s"],
+        last_seen=last_seen,
+        stopped_at=last_seen if stopped else None,
+        held=0,
+        snapshot=json.loads(json.dumps(snap, separators=(",", ":"))),
+    )
 
 
 def hist_of(snap: Snapshot) -> History:
@@ -242,3 +262,132 @@ def test_the_history_of_a_busy_hour_stays_small() -> None:
     print(f"\nhistory of 3 queues and 3 pools, every series full: {compact} bytes of {whole}")
     assert compact < 3_500
     assert whole < 16_000
+
+
+# ---- the cluster's hour --------------------------------------------------------------
+def test_two_workers_started_at_different_seconds_line_up() -> None:
+    a, clock_a = recorder(M0 + 5, name="a")
+    b, clock_b = recorder(M0 + 47, name="b")
+    for at in (M0 + 30, M0 + 70):
+        done(a, at)
+    for at in (M0 + 50, M0 + 61, M0 + 119):
+        done(b, at)
+    clock_a.now = clock_b.now = M0 + 125
+    snaps = [a.snapshot(HEALTH, held=0), b.snapshot(HEALTH, held=0)]
+    assert hist_of(snaps[0])["newest"] == hist_of(snaps[1])["newest"] == M0 + 120
+    assert hist_of(snaps[0])["queues"]["emails"]["completed"] == [1, 1, 0]
+    assert hist_of(snaps[1])["queues"]["emails"]["completed"] == [1, 2, 0]
+
+    view = history(WorkerList(now=M0 + 125, workers=[row(s) for s in snaps]))
+    assert (view["step_s"], view["start"], view["workers"]) == (60, M0 + 120 - 59 * 60, 2)
+    rates = view["queues"]["emails"]["completed_per_s"]
+    assert len(rates) == POINTS == 60
+    assert rates[:-3] == [None] * 57  # before either worker started
+    # Minute 0: 2 jobs over the 55 s covered by either worker (a from 5, b from 47);
+    # minute 1: 3 over 60 s; the newest, so far: none in 5 s.
+    assert rates[-3:] == [round(2 / 55, 4), 0.05, 0.0]
+    assert view["queues"]["emails"]["failed_per_s"][-3:] == [0.0, 0.0, 0.0]
+
+
+def sample(m: WorkerMetrics, clock: FakeClock, at: float, age: float = 0.0) -> None:
+    clock.now = at
+    m.depths({"emails": Depth(ready=1, oldest_ready_age_s=age)} if age else {})
+
+
+def test_minutes_no_worker_covered_are_gaps() -> None:
+    a, clock_a = recorder(M0 + 20, name="a")
+    a.busy_changed("io", 4, clock_a())
+    for at, age in ((M0 + 20, 0.0), (M0 + 80, 0.0), (M0 + 170, 9.0), (M0 + 190, 0.0)):
+        sample(a, clock_a, at, age)
+    done(a, M0 + 170)
+    clock_a.now = M0 + 200  # its last publish; then it was killed
+    gone = a.snapshot(HEALTH, held=0)
+    b, clock_b = recorder(M0 + 600, name="b")
+    for at in (M0 + 600, M0 + 690):
+        sample(b, clock_b, at)
+    done(b, M0 + 630)
+    clock_b.now = M0 + 700
+    live = b.snapshot(HEALTH, held=0)
+    view = history(WorkerList(now=M0 + 700, workers=[row(gone), row(live)]))
+    assert view["workers"] == 2
+    rates = view["queues"]["emails"]["completed_per_s"]
+    ages = view["queues"]["emails"]["oldest_ready_age_s"]
+    busy = view["pools"]["io"]["utilisation"]
+    tail = slice(-12, None)  # minutes M0 .. M0 + 660
+    gap = [None] * 6  # M0 + 240 .. M0 + 540: a was gone, b not yet started
+    assert rates[tail] == [0.0, 0.0, round(1 / 60, 4), 0.0, *gap, round(1 / 60, 4), 0.0]
+    assert ages[tail] == [0.0, 0.0, 9.0, 0.0, *gap, 0.0, 0.0]
+    assert busy[tail] == [1.0, 1.0, 1.0, 1.0, *gap, 0.0, 0.0]
+    assert rates[:-12] == [None] * 48
+
+
+def test_merge_sums_completions_takes_the_oldest_age_and_weights_utilisation_by_slots() -> None:
+    small, clock_s = recorder(M0, [("io", ["emails"], "thread", 4)], name="small")
+    big, clock_b = recorder(M0, [("io", ["emails"], "thread", 12)], name="big")
+    small.busy_changed("io", 4, M0)  # 4 slots pinned, 12 idle: 25% of the pool's slots
+    for i in range(3):
+        done(small, M0 + 10 + i)
+    for i in range(5):
+        done(big, M0 + 20 + i)
+    small.depths({"emails": Depth(ready=4, oldest_ready_age_s=3.0)})
+    big.depths({"emails": Depth(ready=4, oldest_ready_age_s=7.5)})
+    clock_s.now = clock_b.now = M0 + 60
+    rows = [row(small.snapshot(HEALTH, held=0)), row(big.snapshot(HEALTH, held=0))]
+    view = history(WorkerList(now=M0 + 61, workers=rows))
+    emails = view["queues"]["emails"]
+    assert emails["completed_per_s"][-2:] == [round(8 / 60, 4), None]  # none published yet
+    assert emails["oldest_ready_age_s"][-2] == 7.5
+    assert view["pools"]["io"]["utilisation"][-2] == 0.25
+
+
+def test_a_worker_that_started_mid_minute_weighs_by_the_seconds_it_covered() -> None:
+    full, clock_f = recorder(M0 - 60, [("io", ["emails"], "thread", 2)], name="full")
+    late, clock_l = recorder(M0 + 30, [("io", ["emails"], "thread", 2)], name="late")
+    full.busy_changed("io", 0, M0)
+    late.busy_changed("io", 2, M0 + 30)  # pinned for the 30 s it covered
+    clock_f.now = clock_l.now = M0 + 60
+    rows = [row(full.snapshot(HEALTH, held=0)), row(late.snapshot(HEALTH, held=0))]
+    assert rows[1].snapshot["history"]["pools"]["io"]["utilisation"] == [1.0, 0.0]
+    view = history(WorkerList(now=M0 + 60, workers=rows))
+    # 2 slots x 30 s busy of 2 x 60 + 2 x 30 slot-seconds.
+    assert view["pools"]["io"]["utilisation"][-2] == round(60 / 180, 3)
+
+
+def test_a_worker_with_a_skewed_clock_is_placed_by_whole_minutes() -> None:
+    m, clock = recorder(M0 + 20)  # its clock runs 125 s behind the broker's
+    done(m, M0 + 30)
+    clock.now = M0 + 40
+    snap = m.snapshot(HEALTH, held=0)
+    view = history(WorkerList(now=M0 + 170, workers=[row(snap, seen=M0 + 165)]))
+    rates = view["queues"]["emails"]["completed_per_s"]
+    # Moved two minutes on, into the broker's current minute (its 20 s covered, shifted).
+    assert rates[-3:] == [None, None, round(1 / 20, 4)]
+
+
+def test_old_snapshots_without_a_history_are_skipped_and_fold_still_reads_them() -> None:
+    m, clock = recorder(M0 + 20)
+    done(m, clock.advance(5.0))
+    snap = m.snapshot(HEALTH, held=0)
+    old: dict[str, Any] = {k: v for k, v in snap.items() if k != "history"}
+    other = row(snap, seen=M0 + 26)
+    listed = WorkerList(
+        now=M0 + 26,
+        workers=[
+            row(old, seen=M0 + 26),  # type: ignore[arg-type]
+            WorkerRecord(other.info, M0, M0 + 26, None, 0, {"v": 99, "history": {}}),
+            WorkerRecord(other.info, M0, M0 + 26, None, 0, {}),
+        ],
+    )
+    view = history(listed)
+    assert (view["workers"], view["queues"], view["pools"]) == (0, {}, {})
+    assert fold(listed)["queues"]["emails"]["completion_rate"] is not None
+    both = history(WorkerList(now=M0 + 26, workers=[*listed.workers, other]))
+    assert both["workers"] == 1 and both["queues"]["emails"]["completed_per_s"][-1] == 0.2
+
+
+def test_workers_whose_history_ended_before_the_hour_are_left_out() -> None:
+    m, clock = recorder(M0 + 20)
+    done(m, clock.advance(5.0))
+    snap = m.snapshot(HEALTH, held=0)
+    view = history(WorkerList(now=M0 + 26 + 3600, workers=[row(snap, stopped=True)]))
+    assert view["workers"] == 0 and view["queues"] == {} and view["pools"] == {}
