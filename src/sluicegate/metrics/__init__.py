@@ -2,6 +2,7 @@
 
 Each worker keeps its figures in memory (``recorder``), publishes a compact snapshot
 (``schema``) through the broker with its registry heartbeat, and any machine folds the
-snapshots into the whole system's view (``cluster``), sizes pools from them (``sizing``)
-and exports them to Prometheus (``prometheus``). Nothing here does broker I/O.
+snapshots into the whole system's view (``cluster``) and its last hour by minute
+(``history``, from each worker's ``minutes``), sizes pools from them (``sizing``) and
+exports them to Prometheus (``prometheus``). Nothing here does broker I/O.
 """

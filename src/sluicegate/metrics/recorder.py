@@ -9,19 +9,32 @@ windows and dicts happens in ``snapshot``, once per publish. Not thread-safe: on
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from typing import Protocol
 
 from .histogram import Histogram
+from .minutes import (
+    BUCKETS,
+    STEP_S,
+    MinuteBusy,
+    MinuteCounts,
+    MinuteMax,
+    MinuteRing,
+    covered,
+)
 from .schema import (
     VERSION,
     Bin,
     Health,
+    History,
     HostFigures,
     LimitFigures,
     PoolFigures,
+    PoolHistory,
     QueueFigures,
+    QueueHistory,
     QueueWindow,
     Snapshot,
     TaskFigures,
@@ -31,6 +44,7 @@ from .utilisation import BusyTracker
 from .windows import Clock, CountWindow, HistWindow
 
 OUTCOMES = ("succeeded", "retried", "dead")
+REBASE_S = 1.0  # how far the wall clock may move against the monotonic one unnoticed
 
 
 class DepthLike(Protocol):
@@ -50,13 +64,16 @@ class DepthLike(Protocol):
 
 class _Queue:
     __slots__ = (
+        "age_m",
         "claimed",
         "completed",
+        "completed_m",
         "completed_w",
         "duration_w",
         "enqueued",
         "enqueued_w",
         "failed",
+        "failed_m",
         "oldest_ready_age_s",
         "ready",
         "running",
@@ -64,7 +81,7 @@ class _Queue:
         "wait_w",
     )
 
-    def __init__(self, clock: Clock, start: float) -> None:
+    def __init__(self, clock: Clock, start: float, offset: float, now: float) -> None:
         self.ready = self.scheduled = self.claimed = self.running = 0
         self.oldest_ready_age_s = 0.0
         self.enqueued = self.completed = self.failed = 0
@@ -72,13 +89,27 @@ class _Queue:
         self.completed_w = CountWindow(clock, start)
         self.duration_w = HistWindow(clock, start)
         self.wait_w = HistWindow(clock, start)
+        # The last hour by wall-clock minute (``minutes``), from ``now``: buckets before
+        # a queue was first seen read as zero.
+        self.completed_m = MinuteCounts(offset, now)
+        self.failed_m = MinuteCounts(offset, now)
+        self.age_m = MinuteMax(offset, now)
 
 
 class _Pool:
-    __slots__ = ("busy", "by_concurrency", "claimed", "model", "queues", "slots", "tracker")
+    __slots__ = (
+        "busy",
+        "busy_m",
+        "by_concurrency",
+        "claimed",
+        "model",
+        "queues",
+        "slots",
+        "tracker",
+    )
 
     def __init__(
-        self, queues: list[str], model: str, slots: int, clock: Clock, start: float
+        self, queues: list[str], model: str, slots: int, clock: Clock, start: float, offset: float
     ) -> None:
         self.queues = list(queues)
         self.model = model
@@ -86,6 +117,7 @@ class _Pool:
         self.busy = 0
         self.claimed = 0
         self.tracker = BusyTracker(slots, clock, start)
+        self.busy_m = MinuteBusy(offset, start)
         self.by_concurrency: dict[int, _Bin] = {}
 
 
@@ -110,7 +142,8 @@ class _Task:
 class WorkerMetrics:
     """The recorder of one worker process. ``pools``: (name, queues, model, slots) each;
     naming a pool not among them is a KeyError (a wiring bug), while tasks and queues are
-    added as they are first seen."""
+    added as they are first seen. ``clock`` times every figure; ``wall`` (the epoch) only
+    places the per-minute history's buckets on whole minutes."""
 
     def __init__(
         self,
@@ -119,14 +152,19 @@ class WorkerMetrics:
         interval_s: float,
         lease_s: float,
         clock: Clock = time.monotonic,
+        wall: Clock = time.time,
     ) -> None:
         self.worker_id = worker_id
         self.interval_s = interval_s
         self.lease_s = lease_s
         self._clock = clock
+        self._wall = wall
         self._start = start = clock()
+        self._offset = offset = wall() - start  # epoch = monotonic + offset
+        self._since = start + offset  # the history covers from here (epoch s)
         self._pools = {
-            name: _Pool(queues, model, slots, clock, start) for name, queues, model, slots in pools
+            name: _Pool(queues, model, slots, clock, start, offset)
+            for name, queues, model, slots in pools
         }
         self._queues: dict[str, _Queue] = {}
         for pool in self._pools.values():
@@ -150,7 +188,9 @@ class WorkerMetrics:
     def _queue(self, name: str) -> _Queue:
         queue = self._queues.get(name)
         if queue is None:  # a pool's queue, or one a job came from anyway
-            queue = self._queues[name] = _Queue(self._clock, self._start)
+            queue = self._queues[name] = _Queue(
+                self._clock, self._start, self._offset, self._clock()
+            )
         return queue
 
     def _task(self, name: str, queue: str) -> _Task:
@@ -202,14 +242,16 @@ class WorkerMetrics:
             raise ValueError(f"unknown outcome {outcome!r}; expected one of {OUTCOMES}")
         if timed_out:
             t.timed_out += 1
-        if outcome != "succeeded":
-            q.failed += 1
         t.duration.observe(duration_s)
         if now is None:
             now = self._clock()
+        if outcome != "succeeded":
+            q.failed += 1
+            q.failed_m.add(now)
         if outcome != "retried":
             q.completed += 1
             q.completed_w.add(1, now)
+            q.completed_m.add(now)
         q.duration_w.observe(duration_s, now)
         bins = self._pools[pool].by_concurrency
         b = bins.get(busy_at_start)
@@ -222,7 +264,10 @@ class WorkerMetrics:
         """The pool's busy slots became ``busy`` (call on every change, up and down)."""
         p = self._pools[pool]
         p.busy = busy
+        if now is None:
+            now = self._clock()
         p.tracker.change(busy, now)
+        p.busy_m.change(busy, now)
 
     def tallies(
         self,
@@ -245,12 +290,14 @@ class WorkerMetrics:
     def depths(self, figures: Mapping[str, DepthLike]) -> None:
         """The latest depth sample for this worker's queues. A queue of ours missing from
         it has no unfinished jobs (the broker returns only queues with some); others'
-        queues are ignored."""
+        queues are ignored. The oldest age also goes into its minute's maximum."""
+        now = self._clock()
         for name, q in self._queues.items():
             d = figures.get(name)
             if d is None:
                 q.ready = q.scheduled = q.claimed = q.running = 0
                 q.oldest_ready_age_s = 0.0
+                q.age_m.observe(0.0, now)
             else:
                 q.ready, q.scheduled, q.claimed, q.running = (
                     d.ready,
@@ -259,6 +306,7 @@ class WorkerMetrics:
                     d.running,
                 )
                 q.oldest_ready_age_s = d.oldest_ready_age_s
+                q.age_m.observe(d.oldest_ready_age_s, now)
 
     def arrived(self, counts: dict[str, int]) -> None:
         """Jobs stored per queue since the last call (anyone's); other queues are ignored."""
@@ -279,11 +327,12 @@ class WorkerMetrics:
     def snapshot(self, health: Health, held: int) -> Snapshot:
         """Everything, as the JSON-safe dict a registry heartbeat carries."""
         now = self._clock()
+        at = self._wall()
         pools = {name: _pool_figures(p, now) for name, p in self._pools.items()}
         return {
             "v": VERSION,
             "worker": self.worker_id,
-            "at": time.time(),
+            "at": at,
             "uptime_s": max(0.0, now - self._start),
             "interval_s": self.interval_s,
             "lease_s": self.lease_s,
@@ -294,6 +343,35 @@ class WorkerMetrics:
             "worker_figures": self._worker_figures(held),
             "host": self._host,
             "limits": dict(self._limits),
+            "history": self._history(now, at),
+        }
+
+    def _history(self, now: float, at: float) -> History:
+        """The last hour by wall-clock minute: every list holds one entry per minute
+        covered since the worker started (at most 60), oldest first; a list that would be
+        all zeros is left out."""
+        rings: list[MinuteRing] = [p.busy_m for p in self._pools.values()]
+        rings += [r for q in self._queues.values() for r in (q.completed_m, q.failed_m, q.age_m)]
+        if abs(at - now - self._offset) > REBASE_S:  # the wall clock was stepped
+            self._offset = at - now
+            for ring in rings:
+                ring.rebase(self._offset)
+        until = now + self._offset
+        # Every series ends at the same minute: a ring never moves back, even if the wall
+        # clock did.
+        newest = max([int(until // STEP_S), *(ring.head for ring in rings)])
+        count = max(1, min(BUCKETS, newest - int(self._since // STEP_S) + 1))
+        minutes = range(newest - count + 1, newest + 1)
+        cover = [covered(m, self._since, until) for m in minutes]
+        return {
+            "step_s": STEP_S,
+            "newest": newest * STEP_S,
+            "since": _tenths(self._since),
+            "until": _tenths(until),
+            "queues": {name: _queue_history(q, newest, count) for name, q in self._queues.items()},
+            "pools": {
+                name: _pool_history(p, now, newest, cover) for name, p in self._pools.items()
+            },
         }
 
     def _worker_figures(self, held: int) -> WorkerFigures:
@@ -350,6 +428,35 @@ def _pool_figures(p: _Pool, now: float) -> PoolFigures:
         "utilisation": p.tracker.utilisation(now),
         "by_concurrency": bins,
     }
+
+
+def _tenths(t: float) -> float:
+    """Rounded down to 0.1 s, so it stays within its minute."""
+    return math.floor(t * 10.0) / 10.0
+
+
+def _queue_history(q: _Queue, newest: int, count: int) -> QueueHistory:
+    out: QueueHistory = {}
+    completed = q.completed_m.series(newest, count)
+    if any(completed):
+        out["completed"] = completed
+    failed = q.failed_m.series(newest, count)
+    if any(failed):
+        out["failed"] = failed
+    ages = [None if a is None else round(a, 1) for a in q.age_m.series(newest, count)]
+    if any(a != 0.0 for a in ages):
+        out["oldest_ready_age_s"] = ages
+    return out
+
+
+def _pool_history(p: _Pool, now: float, newest: int, cover: list[float]) -> PoolHistory:
+    """Busy slot-seconds / (slots x seconds covered), per minute, to 0.1%."""
+    busy = p.busy_m.seconds(now, newest, len(cover))
+    ratios = [
+        round(min(1.0, b / (p.slots * c)), 3) if p.slots > 0 and c > 0 else 0.0
+        for b, c in zip(busy, cover, strict=True)
+    ]
+    return {"utilisation": ratios} if any(ratios) else {}
 
 
 def _task_figures(t: _Task) -> TaskFigures:

@@ -5,12 +5,14 @@ One snapshot per worker process, JSON-safe, a few KB: the worker's recorder buil
 (``stats``, ``top``, ``size``, the Prometheus collector, the dashboard) reads only this
 shape. Counters are cumulative since the worker started; ``recent`` figures cover the
 last 1, 5 and 15 minutes (or the worker's uptime, if shorter: ``seconds`` says which).
-Times are seconds. Bump ``v`` on an incompatible change; readers skip other versions.
+Times are seconds. Bump ``v`` on an incompatible change; readers skip other versions. A
+key added later is optional (``NotRequired``) within a version: readers of it must take a
+snapshot without it (a worker of an older release) as having nothing to say there.
 """
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 VERSION = 1
 WINDOWS: tuple[Literal["1m"], Literal["5m"], Literal["15m"]] = ("1m", "5m", "15m")
@@ -120,6 +122,37 @@ class Health(TypedDict):
     reasons: list[str]  # why not healthy, in words; [] when healthy
 
 
+class QueueHistory(TypedDict, total=False):
+    """One queue's minutes, oldest first, one entry per minute of ``History``; a key is
+    left out when every entry would be 0."""
+
+    completed: list[int]  # jobs of the queue this worker finished (succeeded or dead)
+    failed: list[int]  # failed attempts here (retried or dead; timeouts included)
+    # The largest oldest-ready age among the minute's depth samples (0.1 s); None: no sample.
+    oldest_ready_age_s: list[float | None]
+
+
+class PoolHistory(TypedDict, total=False):
+    """Left out when every entry would be 0."""
+
+    # Per minute: busy slot-seconds / (slots x seconds of the minute covered), 0..1, to 0.001.
+    utilisation: list[float]
+
+
+class History(TypedDict):
+    """The last hour by minute, on the worker's wall clock: buckets start on whole minutes
+    of the epoch, so different workers' buckets line up. Every list has one entry per
+    minute covered, oldest first, ending with the newest (current) minute: at most 60,
+    fewer while the worker is younger than an hour."""
+
+    step_s: int  # 60: seconds per bucket
+    newest: int  # epoch s the newest bucket starts at (a multiple of step_s)
+    since: float  # epoch s the history begins (the worker's start): no minute before is covered
+    until: float  # epoch s it covers up to (when taken), within the newest bucket
+    queues: dict[str, QueueHistory]  # every queue of the snapshot's ``queues``
+    pools: dict[str, PoolHistory]  # every pool of the snapshot's ``pools``
+
+
 class Snapshot(TypedDict):
     v: int
     worker: str
@@ -134,3 +167,4 @@ class Snapshot(TypedDict):
     worker_figures: WorkerFigures
     host: HostFigures
     limits: dict[str, LimitFigures]
+    history: NotRequired[History]  # added within version 1: absent from older workers' rows

@@ -96,7 +96,9 @@ class Registry(Service):
         )
         snapshot = self.metrics.snapshot(self.health.check(), held)
         self.latest = snapshot
-        self.broker.publish_worker(self.info, held, json.dumps(snapshot), stopped)
+        # Compact separators: a snapshot is mostly lists of numbers (about a fifth smaller).
+        text = json.dumps(snapshot, separators=(",", ":"))
+        self.broker.publish_worker(self.info, held, text, stopped)
 
     def sample(self) -> None:
         """The broker-side figures of this worker's queues and limits, and the host's."""
