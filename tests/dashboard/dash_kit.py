@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from sluicegate.brokers.base import WorkerInfo
 from sluicegate.job import ErrorInfo, Job, JobId
 from sluicegate.limits import Limit
 from sluicegate.metrics.recorder import WorkerMetrics
+from sluicegate.testing import FakeClock
 
 WORKER = "w-1a2b3c"
 TRACEBACK = (
@@ -68,11 +70,17 @@ def seed(app: App) -> Seeded:
 
 def publish_worker(app: App, worker: str = WORKER, host: str = "host-a") -> None:
     """A live worker's registry row with a snapshot its recorder took (one busy slot)."""
-    metrics = WorkerMetrics(worker, [("email", ["email"], "thread", 4)], 2.0, 30.0)
+    # Recorded over the last 30 s (a clock and a wall clock moved together), so its
+    # per-minute history has figures for the charts.
+    clock = FakeClock(time.monotonic() - 30)
+    offset = time.time() - time.monotonic()
+    pools = [("email", ["email"], "thread", 4)]
+    metrics = WorkerMetrics(worker, pools, 2.0, 30.0, clock=clock, wall=lambda: clock() + offset)
     metrics.busy_changed("email", 1)
     metrics.started("email", "send", "email", 0.01, 1)
     metrics.finished("email", "send", "email", 0.2, "succeeded", 1)
     metrics.finished("email", "send", "email", 0.4, "dead", 2)
+    clock.advance(30)
     health = {"healthy": True, "loop_age_s": 0.0, "broker_ok": True, "stalled": [],
               "reasons": []}  # fmt: skip
     snapshot = metrics.snapshot(health, held=1)

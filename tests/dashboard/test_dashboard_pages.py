@@ -41,6 +41,9 @@ def test_every_page_renders_with_data(dash_app: App) -> None:
     assert 'data-testid="concurrency-row" data-pool="email"' in home
     for chart in ("chart-completions", "chart-oldest-age", "chart-utilisation"):
         assert f'data-testid="{chart}"' in home
+    # the worker's own per-minute history (its snapshot) draws the charts at once
+    completions = home.split('data-testid="chart-completions"', 1)[1].split("</svg>", 1)[0]
+    assert 'class="series series-0"' in completions and "no figures yet" not in completions
     # email: ready 3, running 1, succeeded 1, dead 1 (from the broker's counters)
     row = home.split('data-queue="email"', 1)[1].split("</tr>", 1)[0]
     assert 'data-testid="queue-ready">3<' in row

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from sluicegate.dashboard import charts, format
-from sluicegate.dashboard.data import Source, display_url, empty_history
+from sluicegate.dashboard.data import Source, display_url
 from sluicegate.dashboard.security import Policy, is_loopback, route_path, token_problem
 from sluicegate.dashboard.timeline import timeline
 from sluicegate.job import ErrorInfo, Job, JobId, JobState
@@ -105,8 +105,6 @@ def test_broker_urls_are_shown_without_passwords() -> None:
         "postgresql://app:***@db:5432/jobs?schema=x"
     )
     assert display_url("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
-    shape = empty_history(3600.0)
-    assert shape["step_s"] == 60 and shape["start"] == 0.0 and shape["queues"] == {}
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from ..job import TERMINAL, Job, JobId, JobState
 from ..limit_report import needs_text, report, waiting_for
 from ..limits import Limit, local_host, parse_rate
 from ..metrics.cluster import fold
+from ..metrics.history import history as cluster_history
 
 PAGE = 50  # jobs per listing page
 BULK = 1000  # jobs one bulk call changes at most (the broker's own batch)
@@ -40,7 +41,6 @@ HELD_SCAN = 2000  # claimed or running jobs read for the workers page (bounded b
 # grows fourfold up to SCAN rows: page 2 reads about 200, a rare task up to SCAN.
 SCAN = 2000
 SYSTEM_TTL_S = 1.0  # a system read serves every page asked for within this (any browser)
-HISTORY_STEP_S = 60
 HISTORY_POINTS = 60
 
 
@@ -69,7 +69,7 @@ class System:
     now: float
     stats: Stats
     view: dict[str, Any]  # sluicegate.metrics.cluster.fold, depths from the same read
-    history: dict[str, Any]  # the last hour, one point a minute (see empty_history)
+    history: dict[str, Any]  # the last hour, one point a minute (metrics.history)
 
 
 def open_broker(source: App | Broker | str) -> Callable[[], Broker]:
@@ -152,9 +152,9 @@ class Source:
         return System(workers.now, stats, view, self.history(workers))
 
     def history(self, workers: WorkerList) -> dict[str, Any]:
-        # PENDING(metrics history): return history(workers, workers.now) from
-        # sluicegate.metrics.history once it lands; the shape is empty_history's.
-        return empty_history(workers.now)
+        """The cluster's last hour, a point a minute, from the workers' own snapshots (so
+        a dashboard opened now already has the hour behind it)."""
+        return dict(cluster_history(workers, workers.now, HISTORY_POINTS))
 
     def workers(self) -> dict[str, Any]:
         return fold(self.broker.list_workers())
@@ -334,16 +334,6 @@ def depths_of(stats: Stats) -> dict[str, QueueDepth]:
             oldest_ready_age_s=q.oldest_ready_age_s,
         )
         for name, q in stats.queues.items()
-    }
-
-
-def empty_history(now: float) -> dict[str, Any]:
-    """The last hour with no points: the shape ``sluicegate.metrics.history`` returns."""
-    return {
-        "step_s": HISTORY_STEP_S,
-        "start": now - HISTORY_STEP_S * HISTORY_POINTS,
-        "queues": {},
-        "pools": {},
     }
 
 
