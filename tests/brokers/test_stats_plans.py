@@ -16,7 +16,7 @@ import pytest
 from sluicegate.brokers import base
 from sluicegate.brokers.sqlite import SQLiteBroker
 from sluicegate.codec import encode_payload
-from sluicegate.job import TERMINAL, ErrorInfo, JobSpec, JobState
+from sluicegate.job import HELD, TERMINAL, ErrorInfo, JobSpec, JobState
 from sluicegate.outcomes import Buried, Succeeded
 from sluicegate.testing import FakeClock
 
@@ -64,7 +64,7 @@ def sqlite(tmp_path: Path) -> Iterator[SQLiteBroker]:
 def sqlite_plan(broker: SQLiteBroker, name: str, **params: Any) -> list[str]:
     values = {"now": broker._now(), "batch": "[]", "chunk": 1000, "bound": 5, "id": 1,
               "state": "succeeded", "queue": "q", "limit": 100, "token": 1, "cutoff": 0.0,
-              **params}  # fmt: skip
+              "upto": 2**63 - 1, **params}  # fmt: skip
     with broker._db.read() as conn:
         rows = conn.execute("EXPLAIN QUERY PLAN " + broker._queries[name], values).fetchall()
     return [row[3] for row in rows]
@@ -94,7 +94,7 @@ def test_sqlite_finishing_writes_stamp_with_a_seek(sqlite: SQLiteBroker, name: s
 @pytest.mark.parametrize("state", list(JobState))
 def test_sqlite_listings_read_one_range_newest_first(sqlite: SQLiteBroker, state: JobState) -> None:
     lines = sqlite_plan(sqlite, "list_jobs_of_state_queue", state=state.value)
-    assert lines == ["SEARCH jobs USING INDEX jobs_state_queue (state=? AND queue=?)"], lines
+    assert lines == ["SEARCH jobs USING INDEX jobs_state_queue (state=? AND queue=? AND rowid<?)"]
     lines = sqlite_plan(sqlite, "queues_of_state", state=state.value)
     for line in job_reads(lines):
         assert line.startswith("SEARCH jobs USING COVERING INDEX jobs_state_queue (state=?"), lines
@@ -135,7 +135,7 @@ def pg_plan(broker: Any, name: str, analyze: bool = True, **params: Any) -> str:
     import psycopg
 
     values = {"now": None, "state": "succeeded", "queue": "q", "limit": 100, "id": 1,
-              "older_than": 3600.0, "batch": 1000, **params}  # fmt: skip
+              "older_than": 3600.0, "batch": 1000, "upto": 2**63 - 1, **params}  # fmt: skip
     with psycopg.connect(broker.dsn) as conn:
         conn.execute("SET plan_cache_mode = force_custom_plan")
         if "%(xmax)s" in broker._queries[name]:
@@ -156,12 +156,13 @@ def test_postgres_stats_read_only_the_unsettled_range(pg: Any, name: str) -> Non
 
 @pytest.mark.parametrize("state", list(JobState))
 def test_postgres_listings_read_indexes_only(pg: Any, state: JobState) -> None:
+    """(Every filter of the listings: tests/brokers/test_listing_plans.py.)"""
     for queue in ("q", "none"):
         text = pg_plan(pg, "list_jobs_of_state_queue", state=state.value, queue=queue)
         assert "Seq Scan on jobs" not in text, text
         if state in TERMINAL and queue == "none":
-            assert "jobs_listing" in text, text
-    name = "queues_of_state" if state in TERMINAL else "list_jobs_of_state"
+            assert "jobs_listing" in text, text  # (a queue without scheduled jobs: any)
+    name = "list_jobs_of_state" if state in HELD else "queues_of_state"
     text = pg_plan(pg, name, state=state.value)
     assert "Seq Scan on jobs" not in text, text
     if state in TERMINAL:

@@ -147,6 +147,28 @@ def test_jobs_list_filters_and_json(workdir: Path) -> None:
     assert table.returncode == 0 and "ready" in table.stdout
 
 
+def test_jobs_list_by_task_unique_key_and_pages(workdir: Path) -> None:
+    for task, key in (("a", None), ("b", "k"), ("a", None), ("b", None), ("a", "k2")):
+        run(workdir, "enqueue", task, *(["--unique-key", key] if key else []))
+
+    def ids(*args: str) -> list[int]:
+        result = run(workdir, "jobs", "list", *args, "--json")
+        assert result.returncode == 0, result.stderr
+        return [j["id"] for j in json.loads(result.stdout)]
+
+    assert ids("--task", "a") == [5, 3, 1]
+    assert ids("--unique-key", "k") == [2]
+    assert ids("--task", "b", "--unique-key", "k") == [2]
+    assert ids("--task", "a", "--limit", "2") == [5, 3]
+    assert ids("--task", "a", "--limit", "2", "--before", "3") == [1]
+    assert ids("--before", "3", "--state", "ready") == [2, 1]
+    table = run(workdir, "jobs", "list", "--task", "a", "--limit", "2")
+    assert "next page: --before 3" in table.stdout  # a full page says where the next starts
+    assert "next page" not in run(workdir, "jobs", "list", "--task", "a").stdout
+    bad = run(workdir, "jobs", "list", "--before", "x")
+    assert bad.returncode == 2 and "--before" in bad.stderr
+
+
 def test_cancel_and_retry(workdir: Path) -> None:
     run(workdir, "enqueue", "t")
     assert "cancelled" in run(workdir, "jobs", "cancel", "1").stdout

@@ -458,9 +458,19 @@ class Broker(ABC):
 
     @abstractmethod
     def list_jobs(
-        self, state: JobState | None = None, queue: str | None = None, limit: int = 100
+        self,
+        state: JobState | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+        *,
+        task: str | None = None,
+        unique_key: str | None = None,
+        before_id: int | None = None,
     ) -> list[Job]:
-        """Newest first."""
+        """At most ``limit`` jobs, newest (highest id) first, that match every filter given:
+        ``state``, ``queue``, ``task``, ``unique_key`` (exact, in any state) and, for keyset
+        paging, ids below ``before_id`` (the next page passes the last id shown). A SQL
+        broker reads index ranges only, whatever the filter and however deep the page."""
 
     @abstractmethod
     def stats(self) -> Stats: ...

@@ -62,6 +62,7 @@ from .base import (
     worker_lost_error,
     worker_record,
 )
+from .listing import Listing
 from .wakeups import Subscribers
 
 
@@ -531,15 +532,19 @@ class MemoryBroker(Broker):
             return self._jobs.get(job_id)
 
     def list_jobs(
-        self, state: JobState | None = None, queue: str | None = None, limit: int = 100
+        self,
+        state: JobState | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+        *,
+        task: str | None = None,
+        unique_key: str | None = None,
+        before_id: int | None = None,
     ) -> list[Job]:
+        listing = Listing.of(state, queue, limit, task, unique_key, before_id)
         with self._lock:
-            jobs = [
-                j
-                for j in self._jobs.values()
-                if (state is None or j.state is state) and (queue is None or j.queue == queue)
-            ]
-        return sorted(jobs, key=lambda j: j.id, reverse=True)[:limit]
+            jobs = list(self._jobs.values())
+        return listing.page(jobs)
 
     def stats(self) -> Stats:
         with self._lock:

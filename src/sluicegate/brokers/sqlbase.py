@@ -7,8 +7,8 @@ its connections, its locking, its SQL.
 - Operator actions (cancel, retry) and their refusals.
 - The migrations runner: read the version, apply pending numbered migrations, record them.
 - Stats from the queue depths and the finished counts (settled, plus those not settled
-  yet), listings merged from index ranges; queue depths and arrivals (one query each),
-  worker registry rows by column name.
+  yet); queue depths and arrivals (one query each), worker registry rows by column name.
+  Listings are ``listing.SQLListings``'.
 - Options read from a broker URL's query string (``UrlOptions``).
 """
 
@@ -41,12 +41,12 @@ from .base import (
     unique_key_taken,
     worker_record,
 )
+from .listing import MAX_ID, SQLListings
 from .sqlfiles import JOB_COLUMNS, Migration, Query, Value, load_migrations, load_queries
 from .wakeups import Subscribers
 
 T = TypeVar("T")
 Row = Sequence[Any]
-MAX_ID = 2**63 - 1  # job ids are 64-bit integers on every SQL broker
 BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
@@ -285,7 +285,7 @@ class UrlOptions:
         return value
 
 
-class SQLBroker(Broker):
+class SQLBroker(SQLListings, Broker):
     """A broker over SQL storage: the shared shape of the SQLite and PostgreSQL brokers.
 
     A dialect sets ``dialect`` (its folder under sql/), loads its queries with
@@ -346,39 +346,6 @@ class SQLBroker(Broker):
         with self._reading() as conn:
             row = conn.execute(self._queries["get_job"], {"id": job_id}).fetchone()
         return self._jobs["get_job"].job(row) if row else None
-
-    listed_by_queue: ClassVar[frozenset[JobState]] = frozenset(JobState)
-    """States whose listing without a queue goes queue by queue (``queues_of_state``, then
-    ``list_jobs_of_state_queue`` for each); the others read ``list_jobs_of_state``."""
-
-    def list_jobs(
-        self, state: JobState | None = None, queue: str | None = None, limit: int = 100
-    ) -> list[Job]:
-        """Newest first. A filter becomes (state, queue) pairs, each one index range of at
-        most ``limit`` rows read newest first; the newest ``limit`` of them all are kept."""
-        q = self._queries
-        params: dict[str, Any] = {"limit": limit}
-        if queue is None and (state is None or state not in self.listed_by_queue):
-            name = "list_jobs" if state is None else "list_jobs_of_state"
-            if state is not None:
-                params["state"] = state.value
-            with self._listing() as conn:
-                return [self._jobs[name].job(r) for r in conn.execute(q[name], params)]
-        query, found = q["list_jobs_of_state_queue"], q["queues_of_state"]
-        rows: list[Row] = []
-        with self._listing() as conn:
-            if queue is not None:
-                pairs = [(s, queue) for s in ([state] if state is not None else JobState)]
-            else:
-                assert state is not None
-                queues = conn.execute(found, {"state": state.value}).fetchall()
-                pairs = [(state, r[found.at["queue"]]) for r in queues]
-            for s, name_ in pairs:
-                params.update(state=s.value, queue=name_)
-                rows += conn.execute(query, params).fetchall()
-        rows.sort(key=itemgetter(query.at["id"]), reverse=True)
-        read = self._jobs["list_jobs_of_state_queue"].job
-        return [read(r) for r in rows[: max(limit, 0)]]
 
     # ---- signals -------------------------------------------------------------------------
     def queue_depths(self, queues: Sequence[str] | None = None) -> dict[str, QueueDepth]:

@@ -10,8 +10,9 @@ knows a column by its position.
 Placeholders are filled in one step, ``render``: ``{name}``, or ``{name:arg}`` for a
 value that takes an argument (``{job_columns:j}``, the job columns of table alias ``j``).
 The state names come from sluicegate.job's transition table (``state_values``): ``{ready}``
-is ``'ready'``, ``{held}`` the states a lease holds, ``{cancel_from}`` the states the
-cancel event may start from, and so on. No .sql file spells a state itself.
+is ``'ready'``, ``{held}`` the states a lease holds (``{unheld}`` the others),
+``{cancel_from}`` the states the cancel event may start from, and so on. No .sql file
+spells a state itself.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def state_values() -> dict[str, str]:
     """Every state placeholder, derived from the pure transition table."""
     values = {s.value: _quoted((s,)) for s in JobState}
     values.update(held=_quoted(HELD), unfinished=_quoted(UNFINISHED), terminal=_quoted(TERMINAL))
+    values["unheld"] = _quoted(frozenset(JobState) - HELD)  # what the listing indexes hold
     values.update({f"{event.value}_from": _quoted(sources(event)) for event in Event})
     return values
 

@@ -86,20 +86,44 @@ def _age(job: Job) -> str:
     "--state", type=click.Choice([s.value for s in JobState]), help="Only jobs in this state."
 )
 @click.option("--queue", help="Only jobs of this queue.")
+@click.option("--task", help="Only jobs of this task.")
+@click.option("--unique-key", help="Only jobs with this unique key (in any state).")
+@click.option(
+    "--before",
+    "before_id",
+    type=int,
+    metavar="ID",
+    help="Only jobs with ids below ID: the next page starts below the last id shown.",
+)
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one array of jobs).")
 @broker_option
 @friendly_errors
 def jobs_list(
-    state: str | None, queue: str | None, limit: int, as_json: bool, broker_url: str | None
+    state: str | None,
+    queue: str | None,
+    task: str | None,
+    unique_key: str | None,
+    before_id: int | None,
+    limit: int,
+    as_json: bool,
+    broker_url: str | None,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first, a page at a time (--limit, then --before)."""
     app = open_app(broker_url)
-    found = app.broker.list_jobs(JobState(state) if state else None, queue, limit)
+    found = app.broker.list_jobs(
+        JobState(state) if state else None,
+        queue,
+        limit,
+        task=task,
+        unique_key=unique_key,
+        before_id=before_id,
+    )
     if as_json:
         click.echo(json.dumps([j.to_dict() for j in found], indent=2))
         return
-    table = Table("id", "task", "queue", "state", "attempts", "age", "last error")
+    more = f"next page: --before {found[-1].id}" if len(found) == limit else None
+    table = Table("id", "task", "queue", "state", "attempts", "age", "last error", caption=more)
     for job in found:
         error = str(job.last_error) if job.last_error else ""
         table.add_row(

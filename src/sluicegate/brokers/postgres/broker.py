@@ -20,7 +20,7 @@ from typing import Any
 
 from ...codec import dumps
 from ...errors import BrokerUnavailable, ConfigError, EnqueueFateUnknown, LeaseLost
-from ...job import TERMINAL, Claim, Job, JobId, JobSpec, JobState, in_claim_order
+from ...job import HELD, Claim, Job, JobId, JobSpec, JobState, in_claim_order
 from ...limits import local_host
 from ..base import (
     FORGET_WORKERS_AFTER,
@@ -404,10 +404,16 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
     def _reading(self) -> contextlib.AbstractContextManager[Any]:
         return self._db.transaction()
 
-    def _listing(self) -> contextlib.AbstractContextManager[Any]:
-        return self._db.custom_plans()  # the filter decides which partial index fits
+    @contextlib.contextmanager
+    def _listing(self) -> Iterator[Any]:
+        """Custom plans (the filter's values pick the index), and no bitmap scans: a bitmap
+        reads a whole range to sort it, where a scan in the index's order stops at the
+        page, however stale the planner's estimate of the range."""
+        with self._db.custom_plans() as conn:
+            conn.execute("SET LOCAL enable_bitmapscan = off")
+            yield conn
 
-    listed_by_queue = TERMINAL  # unfinished states: the backlog, off its partial index
+    listed_by_queue = frozenset(JobState) - HELD  # in jobs_listing; held ones: jobs_leased
 
     def _stats_read(self) -> tuple[dict[str, QueueDepth], list[tuple[str, str, int]], int]:
         q = self._queries

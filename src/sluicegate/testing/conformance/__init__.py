@@ -37,8 +37,9 @@ registry, queue depths and arrivals), ``edge_values`` (values at the edges of wh
 accepted, stored and read back alike), ``races`` (threads and processes claiming and
 recovering), ``lifecycle_races`` (an outcome against lease expiry, cancel against claim and
 backoff, retry against retry: thousands of jobs each), ``stats_counts`` (stats and
-listings against a count of every job, whenever finished counts settle) and
-``reference_model`` (random operations against the reference broker).
+listings against a count of every job, whenever finished counts settle),
+``reference_model`` (random operations against the reference broker) and ``listings``
+(filtered listings and keyset pages).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from . import (
     helpers,
     lifecycle_races,
     limits,
+    listings,
     races,
     read_wakeups,
     record_lease,
@@ -72,6 +74,7 @@ from .helpers import state as state
 from .helpers import take as take
 from .lifecycle_races import *  # noqa: F403
 from .limits import *  # noqa: F403
+from .listings import *  # noqa: F403
 from .races import *  # noqa: F403
 from .read_wakeups import *  # noqa: F403
 from .record_lease import *  # noqa: F403
@@ -96,4 +99,5 @@ __all__ = [
     *lifecycle_races.__all__,
     *reference_model.__all__,
     *stats_counts.__all__,
+    *listings.__all__,
 ]

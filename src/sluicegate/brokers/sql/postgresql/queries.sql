@@ -573,37 +573,34 @@ SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: list_jobs
 -- returns: job
--- Operator listings, newest first, at most %(limit)s rows, never a sort of the table
--- (planned per call: custom plans, so the state given picks its partial index). No
--- filter: the primary key from its end. Filtered: list_jobs_of_state_queue once per
--- (state, queue) pair the filter covers, merged by id (SQLBroker.list_jobs); a state
--- alone that is not finished: list_jobs_of_state.
-SELECT {job_columns} FROM {schema}.jobs ORDER BY id DESC LIMIT %(limit)s;
+-- Operator listings (sluicegate/brokers/listing.py), newest first, at most %(limit)s rows
+-- of ids up to %(upto)s (keyset paging), never a sort of the table; planned per call
+-- (custom plans: the values given pick the index). No filter: the primary key from
+-- %(upto)s down. A filter: the ranges below, each read the same way, merged by id; they
+-- order by -id, which only the listing indexes give (see 0005_listings.sql).
+SELECT {job_columns} FROM {schema}.jobs WHERE id <= %(upto)s ORDER BY id DESC LIMIT %(limit)s;
 
 -- name: list_jobs_of_state_queue
 -- returns: job
--- A finished state: one range of jobs_listing (state, queue, id), read backwards. An
--- unfinished one: the queue's jobs in that state (the backlog) off their partial index.
--- Ready jobs have two (jobs_ready without limits, jobs_gated with): the OR, always true,
--- lets the planner read both instead of the table.
+-- One range of jobs_listing (state, queue, -id) for a state it holds ({unheld}); a held
+-- state: the queue's held jobs off jobs_leased.
 SELECT {job_columns} FROM {schema}.jobs
-WHERE state = %(state)s AND queue = %(queue)s AND (limits IS NULL OR limits IS NOT NULL)
-ORDER BY id DESC
+WHERE state = %(state)s AND queue = %(queue)s AND -id >= -%(upto)s::bigint
+ORDER BY -id
 LIMIT %(limit)s;
 
 -- name: list_jobs_of_state
 -- returns: job
--- An unfinished state, every queue: that state's partial index (the backlog; ready jobs:
--- both of theirs, as above).
+-- A held state, every queue: held jobs (jobs_leased), as many as the workers' slots.
 SELECT {job_columns} FROM {schema}.jobs
-WHERE state = %(state)s AND (limits IS NULL OR limits IS NOT NULL)
-ORDER BY id DESC
+WHERE state = %(state)s AND state IN ({held}) AND -id >= -%(upto)s::bigint
+ORDER BY -id
 LIMIT %(limit)s;
 
 -- name: queues_of_state
 -- columns: queue
--- The queues with finished jobs in a state, one seek each (a loose scan of jobs_listing):
--- the cost follows the number of queues, not of jobs.
+-- The queues with jobs in a state jobs_listing holds, one seek each (a loose scan): the
+-- cost follows the number of queues, not of jobs.
 WITH RECURSIVE queues AS (
     SELECT min(queue) AS queue FROM {schema}.jobs WHERE state = %(state)s
     UNION ALL
@@ -612,6 +609,50 @@ WITH RECURSIVE queues AS (
     FROM queues WHERE queues.queue IS NOT NULL
 )
 SELECT queue FROM queues WHERE queue IS NOT NULL;
+
+-- name: list_jobs_of_task
+-- returns: job
+-- One (task, state, queue) range of jobs_task, for a state it holds ({unheld}).
+SELECT {job_columns} FROM {schema}.jobs
+WHERE task = %(task)s AND state = %(state)s AND queue = %(queue)s
+  AND -id >= -%(upto)s::bigint
+ORDER BY -id
+LIMIT %(limit)s;
+
+-- name: queues_of_task_state
+-- columns: queue
+-- The queues of a task's jobs in a state jobs_task holds: a loose scan, one seek per queue.
+WITH RECURSIVE queues AS (
+    SELECT min(queue) AS queue FROM {schema}.jobs WHERE task = %(task)s AND state = %(state)s
+    UNION ALL
+    SELECT (SELECT min(queue) FROM {schema}.jobs
+            WHERE task = %(task)s AND state = %(state)s AND queue > queues.queue)
+    FROM queues WHERE queues.queue IS NOT NULL
+)
+SELECT queue FROM queues WHERE queue IS NOT NULL;
+
+-- name: list_held_of_task
+-- returns: job
+-- A task's claimed and running jobs (NULL state, queue: any), off jobs_leased: held jobs
+-- are as many as the workers' slots, whatever the history.
+SELECT {job_columns} FROM {schema}.jobs
+WHERE state IN ({held}) AND task = %(task)s AND -id >= -%(upto)s::bigint
+  AND (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+ORDER BY -id
+LIMIT %(limit)s;
+
+-- name: list_jobs_of_unique_key
+-- returns: job
+-- The jobs of one unique key, any state, off jobs_unique_key (a key's jobs are few); the
+-- other filters (NULL: any; folded away by the custom plan) are checked on those rows.
+SELECT {job_columns} FROM {schema}.jobs
+WHERE unique_key = %(key)s AND -id >= -%(upto)s::bigint
+  AND (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+ORDER BY -id
+LIMIT %(limit)s;
 
 -- name: horizon
 -- columns: xmax, xip

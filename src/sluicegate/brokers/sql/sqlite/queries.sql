@@ -311,17 +311,17 @@ SELECT {job_columns} FROM jobs WHERE id = :id;
 
 -- name: list_jobs
 -- returns: job
--- Operator listings, newest first, at most :limit rows, never a sort of the table. No
--- filter: the primary key from its end. Filtered: list_jobs_of_state_queue, once per
--- (state, queue) pair the filter covers, merged by id (SQLBroker.list_jobs).
-SELECT {job_columns} FROM jobs ORDER BY id DESC LIMIT :limit;
+-- Operator listings (sluicegate/brokers/listing.py), newest first, at most :limit rows of
+-- ids up to :upto (keyset paging), never a sort of the table. No filter: the primary key
+-- from :upto down. A filter: the ranges below, each read the same way, merged by id.
+SELECT {job_columns} FROM jobs WHERE id <= :upto ORDER BY id DESC LIMIT :limit;
 
 -- name: list_jobs_of_state_queue
 -- returns: job
 -- One range of jobs_state_queue read backwards: (state, queue), like every SQLite index,
 -- ends with the id.
 SELECT {job_columns} FROM jobs INDEXED BY jobs_state_queue
-WHERE state = :state AND queue = :queue
+WHERE state = :state AND queue = :queue AND id <= :upto
 ORDER BY id DESC
 LIMIT :limit;
 
@@ -337,6 +337,51 @@ WITH RECURSIVE queues(queue) AS (
     FROM queues WHERE queues.queue IS NOT NULL
 )
 SELECT queue FROM queues WHERE queue IS NOT NULL;
+
+-- name: list_jobs_of_task
+-- returns: job
+-- One (task, state, queue) range of jobs_task read backwards. The index holds the states
+-- of {unheld} only: a query names its WHERE term for SQLite to take it.
+SELECT {job_columns} FROM jobs INDEXED BY jobs_task
+WHERE task = :task AND state = :state AND queue = :queue AND id <= :upto
+  AND state IN ({unheld})
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: queues_of_task_state
+-- columns: queue
+-- The queues of a task's jobs in a state: a loose scan of jobs_task, one seek per queue.
+WITH RECURSIVE queues(queue) AS (
+    SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_task
+            WHERE task = :task AND state = :state AND state IN ({unheld}))
+    UNION ALL
+    SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_task
+            WHERE task = :task AND state = :state AND state IN ({unheld})
+              AND queue > queues.queue)
+    FROM queues WHERE queues.queue IS NOT NULL
+)
+SELECT queue FROM queues WHERE queue IS NOT NULL;
+
+-- name: list_held_of_task
+-- returns: job
+-- A task's claimed and running jobs (NULL :state, :queue: any), off jobs_leased: held
+-- jobs are as many as the workers' slots, whatever the history.
+SELECT {job_columns} FROM jobs INDEXED BY jobs_leased
+WHERE state IN ({held}) AND task = :task AND id <= :upto
+  AND (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: list_jobs_of_unique_key
+-- returns: job
+-- The jobs of one unique key, any state, off jobs_unique_key read backwards (a key's jobs
+-- are few); the other filters (NULL: any) are checked on those rows.
+SELECT {job_columns} FROM jobs INDEXED BY jobs_unique_key
+WHERE unique_key = :key AND id <= :upto
+  AND (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+ORDER BY id DESC
+LIMIT :limit;
 
 -- name: fragment_finish_seq
 -- A finishing write's stamp (see 0004_stats.sql): above every stamp settled and every one
