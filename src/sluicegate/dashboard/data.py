@@ -36,10 +36,6 @@ PAGE = 50  # jobs per listing page
 BULK = 1000  # jobs one bulk call changes at most (the broker's own batch)
 BULK_PER_REQUEST = 10_000  # jobs one bulk request changes at most; press again for more
 HELD_SCAN = 2000  # claimed or running jobs read for the workers page (bounded by slots)
-# PENDING(list_jobs filters): until Broker.list_jobs takes task, unique_key and before_id,
-# a page so filtered is cut from the newest rows of (state, queue), read in a window that
-# grows fourfold up to SCAN rows: page 2 reads about 200, a rare task up to SCAN.
-SCAN = 2000
 SYSTEM_TTL_S = 1.0  # a system read serves every page asked for within this (any browser)
 HISTORY_POINTS = 60
 
@@ -189,24 +185,15 @@ class Source:
     def jobs(self, q: JobQuery) -> JobPage:
         """One page, newest first, and where the next (older) one starts: one index
         range of at most a page and one row."""
-        if q.task is None and q.unique_key is None and q.before_id is None:
-            return page_of(self.broker.list_jobs(q.state, q.queue, q.limit + 1), q.limit)
-        # PENDING(list_jobs filters): replace the window below with one call,
-        #   self.broker.list_jobs(q.state, q.queue, q.limit + 1, task=q.task,
-        #                         unique_key=q.unique_key, before_id=q.before_id)
-        window = 4 * (q.limit + 1)
-        while True:
-            rows = self.broker.list_jobs(q.state, q.queue, window)
-            found = [
-                job
-                for job in rows
-                if (q.task is None or job.task == q.task)
-                and (q.unique_key is None or job.unique_key == q.unique_key)
-                and (q.before_id is None or job.id < q.before_id)
-            ]
-            if len(found) > q.limit or len(rows) < window or window >= SCAN:
-                return page_of(found, q.limit)
-            window = min(SCAN, 4 * window)
+        rows = self.broker.list_jobs(
+            q.state,
+            q.queue,
+            q.limit + 1,
+            task=q.task,
+            unique_key=q.unique_key,
+            before_id=q.before_id,
+        )
+        return page_of(rows, q.limit)
 
     def job(self, job_id: int) -> Job | None:
         return self.broker.get_job(job_id)
