@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "tests" / "dashboard"))
 from dash_kit import publish_worker  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
-import stats as fill  # noqa: E402
+import fill  # noqa: E402
 from pgscratch import scratch_schema, server_info  # noqa: E402
 from sluicegate import App  # noqa: E402
 from sluicegate.dashboard import asgi_app, data  # noqa: E402
@@ -120,26 +120,21 @@ def main() -> None:
     args = parser.parse_args()
     data.SYSTEM_TTL_S = 0.0  # every request reads the broker: no page served from the cache
     # The newest rows: 99 in 100 ready, the others scheduled an hour ahead.
-    fill.STATE = fill.STATE.replace("i % 2 = 0", "i % 100 <> 0")
-    fill.UNFINISHED_TAIL = args.ready * 100 // 99
-    finished = args.rows - fill.UNFINISHED_TAIL
-    print(
-        f"{finished:,} finished, {args.ready:,} ready, "
-        f"{fill.UNFINISHED_TAIL - args.ready:,} scheduled jobs"
-    )
+    tail = args.ready * 100 // 99
+    print(f"{args.rows - tail:,} finished, {args.ready:,} ready, {tail - args.ready:,} scheduled")
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "bench.db")
         url = f"sqlite:///{path}"
         App(broker=url, config=False).broker.close()  # the schema, by the broker
         t0 = time.perf_counter()
-        fill.fill_sqlite(path, args.rows)
+        fill.fill_sqlite(path, args.rows, tail, ready_percent=99)
         print(f"sqlite: filled in {time.perf_counter() - t0:.0f} s")
         table("sqlite", measure(url, args.repeat))
     if args.postgres:
         with scratch_schema(args.postgres) as url:
             App(broker=url, config=False).broker.close()
             t0 = time.perf_counter()
-            fill.fill_postgres(url, args.rows)
+            fill.fill_postgres(url, args.rows, tail, ready_percent=99)
             print(f"postgresql: filled in {time.perf_counter() - t0:.0f} s ({server_info(url)})")
             table("postgresql", measure(url, args.repeat))
 

@@ -1,7 +1,7 @@
 """Fill a jobs table with a realistic history in one statement, for the read-side benches.
 
 ``rows`` jobs spread over the last six days, oldest first: 97.5% succeeded, 2% dead, 0.5%
-cancelled, and the newest ``tail`` ready or scheduled (half each, or all ready); queues
+cancelled, and the newest ``tail`` ready (``ready_percent`` of them) or scheduled; queues
 "email" (45%), "reports" (30%), "transcode" (20%), "webhooks" (5%), and "rare" (one job in
 20,000, all of them finished). Not through the broker: that would take an hour. Where the
 schema records when each job finished for the stats (migration 0004), the rows are
@@ -25,19 +25,19 @@ QUEUE = (
 )
 STATE = (
     "CASE WHEN i > {rows} - {tail} AND i % 20000 <> 7 "
-    "THEN (CASE WHEN i % 2 = 0 OR {all_ready} THEN 'ready' ELSE 'scheduled' END) "
+    "THEN (CASE WHEN i % 100 < {ready_percent} THEN 'ready' ELSE 'scheduled' END) "
     "WHEN i % 1000 < 20 THEN 'dead' WHEN i % 1000 < 25 THEN 'cancelled' ELSE 'succeeded' END"
 )
 
 
-def fill_sqlite(path: str, rows: int, tail: int = UNFINISHED_TAIL, all_ready: bool = False) -> None:
+def fill_sqlite(path: str, rows: int, tail: int = UNFINISHED_TAIL, ready_percent: int = 50) -> None:
     """``rows`` jobs in one INSERT ... SELECT into the SQLite file at ``path``."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         stamped = "finish_seq" in {r[1] for r in conn.execute("PRAGMA table_info(jobs)")}
         now = time.time()
         start, step = now - DAYS, DAYS / rows
-        state = STATE.format(rows=rows, tail=tail, all_ready="TRUE" if all_ready else "FALSE")
+        state = STATE.format(rows=rows, tail=tail, ready_percent=ready_percent)
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(
             f"""
@@ -69,7 +69,7 @@ def fill_sqlite(path: str, rows: int, tail: int = UNFINISHED_TAIL, all_ready: bo
 
 
 def fill_postgres(
-    url: str, rows: int, tail: int = UNFINISHED_TAIL, all_ready: bool = False
+    url: str, rows: int, tail: int = UNFINISHED_TAIL, ready_percent: int = 50
 ) -> None:
     """``rows`` jobs in one INSERT ... SELECT into the schema that ``url`` names."""
     schema = schema_of(url)
@@ -79,7 +79,7 @@ def fill_postgres(
             "WHERE table_schema = %s AND table_name = 'jobs' AND column_name = 'finish_xid'",
             (schema,),
         ).fetchone()[0]  # type: ignore[index]
-        state = STATE.format(rows=rows, tail=tail, all_ready="TRUE" if all_ready else "FALSE")
+        state = STATE.format(rows=rows, tail=tail, ready_percent=ready_percent)
         start = f"now() - make_interval(secs => {DAYS})"
         conn.execute(
             f"""
