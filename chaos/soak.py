@@ -327,12 +327,12 @@ class Soak:
         end = began + self.args.seconds
         unfired = list(FAULT_KINDS) if self.args.every_kind else []
         self.rng.shuffle(unfired)
-        while time.monotonic() < end:
+        while time.monotonic() < end or unfired:  # --every-kind: each fires, however slow
             kind = unfired.pop() if unfired else self.rng.choices(FAULT_KINDS, FAULT_WEIGHTS)[0]
             self.fire(kind)
             say(f"  {time.monotonic() - began:6.1f} s  {kind}")
             gap = self.rng.uniform(*self.args.fault_gap)
-            time.sleep(max(0.0, min(gap, end - time.monotonic())))
+            time.sleep(gap if unfired else max(0.0, min(gap, end - time.monotonic())))
         faulted = time.monotonic() - began
         for producer in self.producers:
             producer.send_signal(signal.SIGTERM)
@@ -629,7 +629,9 @@ def main() -> int:
         help="seconds between faults, drawn uniformly (default 2,6)",
     )
     parser.add_argument(
-        "--every-kind", action="store_true", help="fire each kind of fault once before any repeats"
+        "--every-kind",
+        action="store_true",
+        help="fire each kind of fault once before any repeats, past the end if need be",
     )
     parser.add_argument("--produce", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
