@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint format bench chaos browser clean
+.PHONY: demo test check lint format bench chaos browser screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,8 @@ demo: $(STAMP)
 	$(BIN)/sluicegate demo
 
 check: $(STAMP)
-	$(BIN)/ruff check src tests bench chaos
-	$(BIN)/ruff format --check src tests bench chaos
+	$(BIN)/ruff check src tests bench chaos docs/screenshots.py
+	$(BIN)/ruff format --check src tests bench chaos docs/screenshots.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -25,8 +25,8 @@ test: check
 	$(BIN)/pytest -q
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench chaos
-	$(BIN)/ruff check --fix src tests bench chaos
+	$(BIN)/ruff format src tests bench chaos docs/screenshots.py
+	$(BIN)/ruff check --fix src tests bench chaos docs/screenshots.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
@@ -47,6 +47,11 @@ browser:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium \
 		|| { $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium; }; }
 	@chromium --version
+
+# The dashboard's screenshots in docs/img (docs/dashboard.md), taken while the demo's
+# workload runs on real worker and dashboard processes.
+screenshots: $(STAMP) browser
+	$(BIN)/python docs/screenshots.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

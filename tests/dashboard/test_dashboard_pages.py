@@ -208,3 +208,15 @@ def test_missing_things_are_404_pages(dash_app: App, path: str) -> None:
     page = client(dash_app).get(path)
     assert page.status_code == 404
     assert 'data-testid="error-message"' in page.text
+
+
+def test_every_page_names_its_icon(dash_app: App) -> None:
+    """A page without one makes browsers ask for /favicon.ico, a 404 on every visit."""
+    c = client(dash_app)
+    for path in [*PAGES, "/login"]:
+        page = c.get(path, follow_redirects=True)
+        found = re.search(r'<link rel="icon" type="image/svg\+xml" href="([^"]+)">', page.text)
+        assert found, path
+        icon = c.get(found.group(1))
+        assert icon.status_code == 200
+        assert icon.headers["content-type"].startswith("image/svg+xml")
