@@ -36,7 +36,7 @@ def one_run(jobs: int) -> float:
         queue = queues[i & 1]
         m.claimed("io", 1, 0.0005)
         m.busy_changed("io", 1, t)
-        m.started("io", "send", queue, 0.01, 1, t)
+        m.started("send", queue, 0.01, t)
         m.finished("io", "send", queue, 0.0008, OUTCOMES[i % 20], 1, False, t + 0.0008)
         m.busy_changed("io", 0, t + 0.0008)
     return (time.process_time() - t0) / jobs * 1e6

@@ -77,7 +77,7 @@ def publish_worker(app: App, worker: str = WORKER, host: str = "host-a") -> None
     pools = [("email", ["email"], "thread", 4)]
     metrics = WorkerMetrics(worker, pools, 2.0, 30.0, clock=clock, wall=lambda: clock() + offset)
     metrics.busy_changed("email", 1)
-    metrics.started("email", "send", "email", 0.01, 1)
+    metrics.started("send", "email", 0.01)
     metrics.finished("email", "send", "email", 0.2, "succeeded", 1)
     metrics.finished("email", "send", "email", 0.4, "dead", 2)
     clock.advance(30)

@@ -206,13 +206,10 @@ class WorkerMetrics:
         self._pools[pool].claimed += jobs
         self._claim_latency.observe(latency_s)
 
-    def started(
-        self, pool: str, task: str, queue: str, wait_s: float, busy: int, now: float | None = None
-    ) -> None:
-        """A job's body began after waiting ``wait_s`` since it was ready. ``busy`` (the
-        pool's busy slots, this job included) is for the caller to hand back to
-        ``finished`` as ``busy_at_start``; the recorder keeps nothing per job, and the
-        pool's busy count comes from ``busy_changed``."""
+    def started(self, task: str, queue: str, wait_s: float, now: float | None = None) -> None:
+        """A job's body began after waiting ``wait_s`` since it was ready. The recorder
+        keeps nothing per job: the pool's busy count comes from ``busy_changed``, and the
+        caller hands the busy slots at the start to ``finished`` (``busy_at_start``)."""
         self._task(task, queue).wait.observe(wait_s)
         self._queue(queue).wait_w.observe(wait_s, now)
 

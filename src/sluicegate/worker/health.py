@@ -42,17 +42,9 @@ class HealthCheck:
         self.turned_at = time.monotonic()
 
     def stalled(self, now: float) -> list[str]:
-        out = []
-        for claimer in self.claimers:
-            pool = claimer.pool
-            if claimer.halted or pool.free <= 0:
-                continue
-            ready = any(
-                (d := self.depths.get(q)) is not None and d.ready > 0 for q in pool.spec.queues
-            )
-            if ready and now - claimer.attempted_at > self.stall_after:
-                out.append(pool.spec.name)
-        return out
+        return [
+            c.pool.spec.name for c in self.claimers if c.stalled(now, self.depths, self.stall_after)
+        ]
 
     def check(self) -> Health:
         now = time.monotonic()

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from ...brokers import Broker
+from ...brokers import Broker, QueueDepth
 from ...job import Claim, ClaimedJob
 from ..pool import PoolSpec, PoolState
 from .backoff import Backoff
@@ -76,6 +76,13 @@ class Claimer(Service):
         jobs back for a limit, look again now rather than at the recheck."""
         if self.limit_wait is not None:
             self.pool.maybe_more = True
+
+    def stalled(self, now: float, depths: Mapping[str, QueueDepth], after: float) -> bool:
+        """Free slots and ready work in its queues (by ``depths``, the last sample), yet no
+        claim tried for over ``after`` s: the pool silently stopped consuming."""
+        if self.halted or self.pool.free <= 0 or now - self.attempted_at <= after:
+            return False
+        return any((d := depths.get(q)) is not None and d.ready > 0 for q in self.pool.spec.queues)
 
     def due_in(self, now: float) -> float | None:
         if self.halted or (self.held_back is not None and self.held_back()):

@@ -204,14 +204,7 @@ class Dispatcher(Service):
         assert flight.started_at is not None
         flight.wait = max(0.0, claimed_at - job.run_at) + (flight.started_at - flight.claimed_at)
         if self.metrics is not None:
-            self.metrics.started(
-                flight.pool.spec.name,
-                job.task,
-                job.queue,
-                flight.wait,
-                flight.busy_at_start,
-                flight.started_at,
-            )
+            self.metrics.started(job.task, job.queue, flight.wait, flight.started_at)
 
     def _ended(self, flight: InFlight, outcome: Report, timed_out: bool, now: float) -> None:
         """The attempt's figures and its one log line, once its outcome is written (a
