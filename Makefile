@@ -51,7 +51,7 @@ browser:
 # The dashboard's screenshots in docs/img (docs/dashboard.md), taken while the demo's
 # workload runs on real worker and dashboard processes.
 screenshots: $(STAMP) browser
-	$(BIN)/python docs/screenshots.py
+	$(BIN)/python docs/screenshots.py --rounds 60 --warm-up 180
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

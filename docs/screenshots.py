@@ -1,7 +1,10 @@
 """The dashboard's screenshots in docs/dashboard.md, taken while the demo's workload runs.
 
-    .venv/bin/python docs/screenshots.py [--out docs/img] [--rounds 3]
+    .venv/bin/python docs/screenshots.py [--out docs/img] [--rounds 3] [--warm-up SECONDS]
     make screenshots
+
+(The pictures in docs/dashboard.md were taken so that the last-hour charts
+have a few minutes of figures: ``--rounds 60 --warm-up 180``.)
 
 In a temporary folder it starts a real ``sluicegate worker`` for the demo's tasks with
 the demo's separate budgets (transcode: 4 process slots, email: 3 async, index: 2
@@ -127,6 +130,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
     parser.add_argument("--rounds", type=int, default=3, help="times the arrivals are sent")
+    parser.add_argument(
+        "--warm-up", type=float, default=0.0, help="seconds of workload before the first picture"
+    )
     options = parser.parse_args()
     from playwright.sync_api import expect, sync_playwright
 
@@ -150,6 +156,7 @@ def main() -> None:
         dead = [app.enqueue(task, args=args, queue=queue, max_attempts=1).id
                 for task, args, queue in BAD]  # fmt: skip
         producer.start()
+        time.sleep(options.warm_up)  # a few minutes of history for the charts
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
             page = browser.new_page(viewport=VIEWPORT)  # type: ignore[arg-type]
