@@ -9,11 +9,12 @@ under 200 ms).
 The table is loaded with SQL (a fresh SQLite file, or a fresh PostgreSQL schema dropped
 afterwards), then analysed. Half the ready jobs are an old backlog (queue ``old``, task
 ``slow``: the lowest ids, below the whole history), half are fresh; the finished jobs
-have 20 tasks (``t0`` half of them) over 5 queues, 3 % dead and 1 % cancelled, and one
+have 20 tasks (``t0`` half of them) over 5 queues, 2 % dead and 1 % cancelled, and one
 in ten has a unique key that ten jobs share. Then, for each filter (state, queue, task,
 unique key) on the first page and on a deep one (``before_id`` in the middle of the
 history), ``--runs`` pages of ``--limit`` jobs through the broker's own ``list_jobs``:
-prints the median and the slowest, the slowest filters, and how long migration
+prints the median and the slowest, the slowest filters, the time of the bulk actions
+(``retry_matching``, ``cancel_matching``: 1,000 jobs a call), and how long migration
 ``0005_listings.sql``'s indexes take to build on that table. Prints; asserts nothing.
 """
 
@@ -45,11 +46,11 @@ COLUMNS = ("queue, task, state, run_at, attempts, enqueued_at, started_at, finis
            "result, unique_key, last_error")  # fmt: skip
 FINISHED = """
 SELECT 'q' || (x % 5), CASE WHEN x % 2 = 0 THEN 't0' ELSE 't' || (x % 20) END,
-       CASE WHEN x % 100 < 3 THEN 'dead' WHEN x % 100 = 3 THEN 'cancelled'
+       CASE WHEN x % 50 = 3 THEN 'dead' WHEN x % 100 = 7 THEN 'cancelled'
             ELSE 'succeeded' END,
        {t}, 1, {t}, {t}, {t}, 'null',
        CASE WHEN x % 10 = 0 THEN 'key-' || (x % 100000) END,
-       CASE WHEN x % 100 < 3 THEN '{{"type": "ValueError", "message": "boom"}}' END
+       CASE WHEN x % 50 = 3 THEN '{{"type": "ValueError", "message": "boom"}}' END
 """
 OLD_BACKLOG = "SELECT 'old', 'slow', 'ready', {t}, 0, {t}, NULL, NULL, NULL, NULL, NULL"
 FRESH = """
@@ -153,6 +154,31 @@ def measure(broker: Broker, runs: int, limit: int, deep_id: int) -> list[tuple[f
     return out
 
 
+def bulk(broker: Broker, runs: int) -> list[tuple[float, str]]:
+    """(median seconds, action) of the bulk actions, 1,000 jobs a call (a page of the
+    dashboard's "retry all" / "cancel all"): each call changes the table, so each run
+    takes the next 1,000."""
+    actions = {
+        "retry_matching(limit=1000)": lambda: broker.retry_matching(limit=1000),
+        "retry_matching(task=t3, limit=1000)": lambda: broker.retry_matching(task="t3"),
+        "cancel_matching(ready, queue=old, limit=1000)": lambda: broker.cancel_matching(
+            state=JobState.READY, queue="old"
+        ),
+        "cancel_matching(ready, task=t3, limit=1000)": lambda: broker.cancel_matching(
+            state=JobState.READY, task="t3"
+        ),
+    }
+    out = []
+    for name, action in actions.items():
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            action()
+            times.append(time.perf_counter() - start)
+        out.append((statistics.median(times), name))
+    return out
+
+
 @contextlib.contextmanager
 def fresh_url(given: str | None) -> Iterator[str]:
     if is_postgres(given):
@@ -185,6 +211,7 @@ def main() -> None:
         try:
             deep_id = args.ready // 2 + args.finished // 2
             results = measure(broker, args.runs, args.limit, deep_id)
+            actions = bulk(broker, args.runs)
         finally:
             broker.close()
         built = migration_seconds(url)
@@ -194,6 +221,9 @@ def main() -> None:
           f"slowest {times[-1] * 1000:.2f} ms")  # fmt: skip
     print("slowest filters:")
     for took, what in sorted(results, reverse=True)[:8]:
+        print(f"  {took * 1000:7.2f} ms  {what}")
+    print(f"bulk actions, median of {args.runs} calls:")
+    for took, what in actions:
         print(f"  {took * 1000:7.2f} ms  {what}")
     print(f"migration 0005_listings.sql's indexes on this table: {built:.1f} s")
 

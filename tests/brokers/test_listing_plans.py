@@ -1,6 +1,7 @@
 """Every filter combination of ``list_jobs`` (state, queue, task, unique key, and a deep
 ``before_id``) reads index ranges only: never the table, never a full index, and on
-PostgreSQL never the primary key walked past rows that do not match. Each statement a
+PostgreSQL never the primary key walked past rows that do not match. The bulk actions
+(``retry_matching``, ``cancel_matching``) pick their jobs the same way. Each statement a
 listing runs is recorded as the broker runs it (its own connection, its own parameters)
 and explained: SQLite with EXPLAIN QUERY PLAN, PostgreSQL with EXPLAIN ANALYZE on the
 custom plan the broker's listing connection makes. The history is built so that a
@@ -215,3 +216,68 @@ def test_postgres_every_listing_reads_index_ranges(pg: tuple[Any, int]) -> None:
         if query.name.startswith("list_") and params.get("upto", 2**63 - 1) < 2**63 - 1:
             assert re.search(r"Index Cond: .*id\b", text), text  # keyset: a seek
     assert names == set(PG_READS)
+
+
+# ---- bulk actions -------------------------------------------------------------------------
+BULK = list(itertools.product((S.READY, S.RUNNING, S.DEAD), (None, "q1"), (None, "t1")))
+
+
+def test_sqlite_bulk_actions_pick_from_index_ranges(sqlite: tuple[SQLiteBroker, int]) -> None:
+    """Each statement the bulk actions run, recorded on the writer connection, explained."""
+    broker, _ = sqlite
+    seen: list[tuple[Any, dict[str, Any]]] = []
+    real = broker._db.write
+
+    @contextlib.contextmanager
+    def write(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        with real(*args, **kwargs) as conn:
+            yield Recorder(conn, seen)
+
+    broker._db.write = write  # type: ignore[method-assign]
+    try:
+        for state, queue, task in BULK:
+            if state is S.DEAD:
+                broker.retry_matching(queue=queue, task=task, limit=5)
+            else:
+                broker.cancel_matching(state=state, queue=queue, task=task, limit=5)
+    finally:
+        del broker._db.write
+    names = set()
+    for query, params in {(q.name, tuple(sorted(p.items()))): (q, p) for q, p in seen}.values():
+        with broker._db.read() as conn:
+            lines = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + query, params)]
+        names.add(query.name)
+        reads = [ln for ln in lines if re.match(r"(SCAN|SEARCH) (jobs|u)\b", ln)]
+        for line in reads:
+            assert line.startswith("SEARCH "), lines
+            if query.name in ("matching_by_queue", "matching_by_task"):
+                index = "jobs_task" if query.name.endswith("task") else "jobs_state_queue"
+                assert index in line or "jobs_unique_unfinished" in line, lines
+            elif query.name in ("cancel", "revive", "unsettle_revived"):
+                assert "PRIMARY KEY" in line or "jobs_settling" in line, lines
+    assert {"matching_by_queue", "matching_by_task", "cancel", "revive"} <= names
+
+
+@pytest.mark.parametrize("name", ["cancel_matching", "revive_matching"])
+def test_postgres_bulk_actions_pick_from_index_ranges(pg: tuple[Any, int], name: str) -> None:
+    """Explained (and run, then rolled back) with the settings of the broker's transaction
+    for a filter (custom plans, no bitmap scans)."""
+    import psycopg
+
+    broker, _ = pg
+    for state, queue, task in BULK:
+        if (name == "revive_matching") != (state is S.DEAD):
+            continue
+        params = {"state": state.value, "queue": queue, "task": task, "limit": 5, "now": None}
+        with psycopg.connect(broker.dsn) as conn:
+            conn.execute("SET plan_cache_mode = force_custom_plan")
+            conn.execute("SET enable_bitmapscan = off")
+            rows = conn.execute("EXPLAIN (ANALYZE) " + broker._queries[name], params).fetchall()
+            conn.rollback()
+        text = "\n".join(r[0] for r in rows)
+        assert "Seq Scan on jobs" not in text, text  # (stats_horizon is one row)
+        index = {S.RUNNING: "jobs_leased"}.get(state, "jobs_task" if task else "jobs_listing")
+        assert index in text, (params, text)
+        assert "Index Scan using jobs_pkey" in text, text  # the rows picked, by id
+        if name == "revive_matching":
+            assert "jobs_unique_unfinished" in text, text  # a taken key: one probe

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..codec import loads
 from ..errors import ConfigError, InvalidTransition, JobNotFound, LeaseLost
-from ..job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobSpec, JobState
+from ..job import TERMINAL, Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobSpec, JobState
 from ..limits import Bucket, Key, Limit
 from ..outcomes import Buried, Outcome, Retried, Succeeded
 
@@ -167,6 +167,27 @@ def refusal(event: Event, job_id: int, state: str | None) -> JobNotFound | Inval
     if state is None:
         return JobNotFound(f"job {job_id} not found")
     return InvalidTransition(f"cannot {VERBS[event]} job {job_id}: it is {state}")
+
+
+def cancellable(state: JobState | str) -> JobState:
+    """``cancel_matching``'s state, refused when finished jobs are in it."""
+    state = JobState(state)
+    if state in TERMINAL:
+        raise InvalidTransition(f"cannot cancel jobs that are {state.value}: they have finished")
+    return state
+
+
+def one_per_key(picked: Iterable[tuple[JobId, str | None]]) -> list[JobId]:
+    """Of dead jobs picked for a revival (id, unique key), the newest of each key and
+    every one without: two jobs of one key may not both be unfinished."""
+    newest: dict[str, JobId] = {}
+    ids: list[JobId] = []
+    for job_id, key in picked:
+        if key is None:
+            ids.append(job_id)
+        elif newest.get(key, job_id) <= job_id:
+            newest[key] = job_id
+    return sorted([*ids, *newest.values()])
 
 
 def unique_key_taken(job_id: int) -> InvalidTransition:
@@ -410,6 +431,34 @@ class Broker(ABC):
     @abstractmethod
     def retry(self, job_id: int | str) -> Job:
         """Bring a dead or cancelled job back to ready with a fresh attempt budget."""
+
+    @abstractmethod
+    def retry_matching(
+        self, *, queue: str | None = None, task: str | None = None, limit: int = 1000
+    ) -> int:
+        """Dead jobs of ``queue`` and ``task`` (None: any) back to ready with a fresh
+        attempt budget, each as ``retry`` would: at most ``limit`` of them, in one short
+        transaction; returns how many. Call it again until it returns 0.
+
+        A dead job whose unique key an unfinished job holds stays dead (``retry`` refuses
+        it), and of dead jobs sharing a key one comes back; neither is counted or in the
+        way of the others. Safe against other callers, single retries and workers: no job
+        comes back twice."""
+
+    @abstractmethod
+    def cancel_matching(
+        self,
+        *,
+        state: JobState,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 1000,
+    ) -> int:
+        """Jobs in ``state`` of ``queue`` and ``task`` (None: any) cancelled, each as
+        ``cancel`` would (a claimed or running job's later outcome is refused): at most
+        ``limit`` of them, in one short transaction; returns how many. Call it again until
+        it returns 0. A job that finishes meanwhile is not cancelled. A finished ``state``
+        raises InvalidTransition."""
 
     @abstractmethod
     def migrate(self) -> list[int]:

@@ -54,6 +54,8 @@ from .base import (
     Stats,
     WorkerInfo,
     WorkerList,
+    cancellable,
+    one_per_key,
     refusal,
     stored_pools,
     unique_key_taken,
@@ -499,17 +501,54 @@ class MemoryBroker(Broker):
                 for j in self._jobs.values()
             ):
                 raise unique_key_taken(job_id)
-            revived = self._set(
-                job,
-                Event.REVIVE,
-                attempts=0,
-                run_at=self._clock(),
-                finished_at=None,
-                lease_expires_at=None,
-                worker_id=None,
-            )
+            revived = self._revive(job)
         self._subscribers.notify_local()
         return revived
+
+    def _revive(self, job: Job) -> Job:
+        return self._set(
+            job,
+            Event.REVIVE,
+            attempts=0,
+            run_at=self._clock(),
+            finished_at=None,
+            lease_expires_at=None,
+            worker_id=None,
+        )
+
+    def retry_matching(
+        self, *, queue: str | None = None, task: str | None = None, limit: int = 1000
+    ) -> int:
+        dead = Listing(JobState.DEAD, queue, task)
+        with self._lock:
+            taken = {j.unique_key for j in self._jobs.values() if j.state in UNFINISHED}
+            picked = [
+                (j.id, j.unique_key)
+                for j in self._jobs.values()
+                if dead.matches(j) and (j.unique_key is None or j.unique_key not in taken)
+            ][: max(limit, 0)]
+            revived = one_per_key(picked)
+            for job_id in revived:
+                self._revive(self._jobs[job_id])
+        if revived:
+            self._subscribers.notify_local()
+        return len(revived)
+
+    def cancel_matching(
+        self,
+        *,
+        state: JobState,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 1000,
+    ) -> int:
+        matching = Listing(cancellable(state), queue, task)
+        with self._lock:
+            now = self._clock()
+            picked = [j for j in self._jobs.values() if matching.matches(j)][: max(limit, 0)]
+            for job in picked:
+                self._set(job, Event.CANCEL, finished_at=now, lease_expires_at=None)
+        return len(picked)
 
     # ---- retention -----------------------------------------------------------------
     def prune_batch(self, state: JobState, older_than: float, batch: int) -> int:

@@ -4,7 +4,7 @@ its connections, its locking, its SQL.
 - Rows become Jobs by column name (``JobRows``), an undecodable row becoming a claimed
   job with a ``problem`` rather than an exception.
 - ``record`` groups outcomes by event (``RecordBatch``) and wakes workers after retries.
-- Operator actions (cancel, retry) and their refusals.
+- Operator actions (cancel, retry, and by filter) and their refusals.
 - The migrations runner: read the version, apply pending numbered migrations, record them.
 - Stats from the queue depths and the finished counts (settled, plus those not settled
   yet); queue depths and arrivals (one query each), worker registry rows by column name.
@@ -36,6 +36,7 @@ from .base import (
     Stats,
     WorkerInfo,
     WorkerRecord,
+    cancellable,
     refusal,
     stored_pools,
     unique_key_taken,
@@ -478,6 +479,36 @@ class SQLBroker(SQLListings, Broker):
     def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:
         """Run an operator action's statement on one job in one transaction: its row, or
         None and the job's current state (None too when there is no such job)."""
+
+    def retry_matching(
+        self, *, queue: str | None = None, task: str | None = None, limit: int = 1000
+    ) -> int:
+        revived = self._revive_matching(queue, task, limit) if limit > 0 else 0
+        if revived:
+            self._announce()
+        return revived
+
+    def cancel_matching(
+        self,
+        *,
+        state: JobState,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 1000,
+    ) -> int:
+        state = cancellable(state)
+        return self._cancel_matching(state, queue, task, limit) if limit > 0 else 0
+
+    @abstractmethod
+    def _revive_matching(self, queue: str | None, task: str | None, limit: int) -> int:
+        """``retry_matching`` in one transaction: pick, revive, take the revived out of the
+        settled counts; returns how many."""
+
+    @abstractmethod
+    def _cancel_matching(
+        self, state: JobState, queue: str | None, task: str | None, limit: int
+    ) -> int:
+        """``cancel_matching`` in one transaction; returns how many."""
 
     # ---- migrations ----------------------------------------------------------------------
     def _migrations(self) -> list[Migration]:

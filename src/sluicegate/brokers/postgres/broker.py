@@ -44,6 +44,7 @@ from .listener import Listener
 from .url import Settings
 
 LISTEN_WAIT = 2.0  # subscribe() waits this long at most for LISTEN to be in place
+REVIVE_TRIES = 5  # retry_matching's runs when jobs of its unique keys keep appearing
 TIMES = ("run_at", "lease_expires_at", "enqueued_at", "started_at", "finished_at")
 # statement_timestamp(), not now(): now() is when the transaction began, and an ack in a
 # transactional task's transaction would stamp finished_at at the task's start.
@@ -400,18 +401,48 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
             current = conn.execute(get, {"id": job_id}).fetchone()
         return None, current[get.at["state"]] if current else None
 
+    def _revive_matching(self, queue: str | None, task: str | None, limit: int) -> int:
+        """Holds the horizon row (the revived leave the settled counts), as a revive does.
+        Runs again when a job of a picked job's unique key appeared meanwhile."""
+        query = self._queries["revive_matching"]
+        params = {"queue": queue, "task": task, "limit": limit, "now": self._now()}
+        for attempt in range(1, REVIVE_TRIES + 1):
+            try:
+                with self._filtered() as conn:
+                    conn.execute(self._queries["lock_horizon"])
+                    rows = conn.execute(query, params).fetchall()
+                    if rows:
+                        self._notify_queues(conn, [r[query.at["queue"]] for r in rows])
+                return len(rows)
+            except self.unique_violation:
+                if attempt == REVIVE_TRIES:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _cancel_matching(
+        self, state: JobState, queue: str | None, task: str | None, limit: int
+    ) -> int:
+        query = self._queries["cancel_matching"]
+        params = {"state": state.value, "queue": queue, "task": task, "limit": limit}
+        with self._filtered() as conn:
+            return len(conn.execute(query, {**params, "now": self._now()}).fetchall())
+
     # ---- read side ----------------------------------------------------------------------
     def _reading(self) -> contextlib.AbstractContextManager[Any]:
         return self._db.transaction()
 
     @contextlib.contextmanager
-    def _listing(self) -> Iterator[Any]:
-        """Custom plans (the filter's values pick the index), and no bitmap scans: a bitmap
-        reads a whole range to sort it, where a scan in the index's order stops at the
-        page, however stale the planner's estimate of the range."""
+    def _filtered(self) -> Iterator[Any]:
+        """A transaction for an operator's filter (listings, bulk actions): custom plans
+        (the filter's values pick the index), and no bitmap scans: a bitmap reads a whole
+        range to sort or lock it, where a scan in the index's order stops at the page or
+        the batch, however stale the planner's estimate of the range."""
         with self._db.custom_plans() as conn:
             conn.execute("SET LOCAL enable_bitmapscan = off")
             yield conn
+
+    def _listing(self) -> contextlib.AbstractContextManager[Any]:
+        return self._filtered()
 
     listed_by_queue = frozenset(JobState) - HELD  # in jobs_listing; held ones: jobs_leased
 

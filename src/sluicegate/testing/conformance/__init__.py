@@ -38,13 +38,14 @@ accepted, stored and read back alike), ``races`` (threads and processes claiming
 recovering), ``lifecycle_races`` (an outcome against lease expiry, cancel against claim and
 backoff, retry against retry: thousands of jobs each), ``stats_counts`` (stats and
 listings against a count of every job, whenever finished counts settle),
-``reference_model`` (random operations against the reference broker) and ``listings``
-(filtered listings and keyset pages).
+``reference_model`` (random operations against the reference broker), ``listings``
+(filtered listings and keyset pages) and ``bulk_actions`` (retry and cancel by filter).
 """
 
 from __future__ import annotations
 
 from . import (
+    bulk_actions,
     edge_values,
     enqueue_claim,
     helpers,
@@ -60,6 +61,7 @@ from . import (
     registry,
     stats_counts,
 )
+from .bulk_actions import *  # noqa: F403
 from .edge_values import *  # noqa: F403
 from .enqueue_claim import *  # noqa: F403
 from .helpers import *  # noqa: F403
@@ -100,4 +102,5 @@ __all__ = [
     *reference_model.__all__,
     *stats_counts.__all__,
     *listings.__all__,
+    *bulk_actions.__all__,
 ]

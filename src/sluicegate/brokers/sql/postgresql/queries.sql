@@ -567,6 +567,71 @@ SET state = {ready}, attempts = 0, run_at = {now}, finished_at = NULL, finish_xi
 WHERE id = %(id)s AND state IN ({revive_from})
 RETURNING {job_columns};
 
+-- name: cancel_matching
+-- columns: id, queue
+-- cancel_matching: at most %(limit)s jobs in %(state)s of %(queue)s and %(task)s (NULL:
+-- any), off the index the filter's values pick (custom plans) in its order (queue, -id:
+-- jobs_listing's and jobs_task's; without an order a scan of the table that stops at
+-- the batch can look cheap, and read the whole history first). Locked with SKIP LOCKED:
+-- a job a worker is finishing right now (its row locked) is passed over, and once locked
+-- a row is checked again as it then is, so a job finished meanwhile is not cancelled.
+-- Callers at once take different jobs, and never wait on each other or on workers.
+WITH picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE state = %(state)s AND state IN ({cancel_from})
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+      AND (%(task)s::text IS NULL OR task = %(task)s)
+    ORDER BY queue, -id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET state = {cancelled}, finished_at = {now}, lease_expires_at = NULL, lease_token = NULL,
+    finish_xid = pg_current_xact_id()
+FROM picked
+WHERE j.id = picked.id AND j.state IN ({cancel_from})
+RETURNING j.id, j.queue;
+
+-- name: revive_matching
+-- columns: id, queue
+-- retry_matching: at most %(limit)s dead jobs of %(queue)s and %(task)s (NULL: any),
+-- read and locked as cancel_matching's, but those whose unique key an unfinished job holds (one
+-- probe of jobs_unique_unfinished each: they do not fill the batch); of the picked jobs
+-- sharing a key, the newest. Revived as revive does, and out of the settled counts in
+-- the same statement (the caller holds the horizon row). A job of the same key stored or
+-- revived by another transaction meanwhile makes the statement fail on
+-- jobs_unique_unfinished; the caller runs it again, and it then passes that job over.
+WITH picked AS (
+    SELECT d.id, d.queue, d.state, d.unique_key, d.finish_xid FROM {schema}.jobs AS d
+    WHERE d.state = {dead}
+      AND (%(queue)s::text IS NULL OR d.queue = %(queue)s)
+      AND (%(task)s::text IS NULL OR d.task = %(task)s)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs AS u
+                      WHERE u.unique_key = d.unique_key AND u.state IN ({unfinished}))
+    ORDER BY d.queue, -d.id
+    LIMIT %(limit)s
+    FOR UPDATE OF d SKIP LOCKED
+), chosen AS (
+    SELECT p.id, p.queue, p.state, p.finish_xid FROM picked AS p
+    WHERE p.unique_key IS NULL
+       OR p.id = (SELECT max(o.id) FROM picked AS o WHERE o.unique_key = p.unique_key)
+), settled AS (
+    SELECT c.queue, c.state, count(*) AS jobs
+    FROM chosen AS c, {schema}.stats_horizon AS h
+    WHERE c.finish_xid IS NULL OR pg_visible_in_snapshot(c.finish_xid, h.horizon)
+    GROUP BY c.queue, c.state
+), unsettled AS (
+    UPDATE {schema}.stats_settled AS s SET jobs = s.jobs - settled.jobs
+    FROM settled
+    WHERE s.queue = settled.queue AND s.state = settled.state
+)
+UPDATE {schema}.jobs AS j
+SET state = {ready}, attempts = 0, run_at = {now}, finished_at = NULL, finish_xid = NULL,
+    lease_expires_at = NULL, worker_id = NULL, lease_token = NULL
+FROM (SELECT id FROM chosen) AS c
+WHERE j.id = c.id AND j.state = {dead}
+RETURNING j.id, j.queue;
+
 -- name: get_job
 -- returns: job
 SELECT {job_columns} FROM {schema}.jobs WHERE id = %(id)s;

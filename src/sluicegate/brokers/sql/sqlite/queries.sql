@@ -291,10 +291,13 @@ RETURNING id, state;
 
 -- name: cancel
 -- returns: job
+-- Operator actions on jobs by id (:ids, a JSON array: one for `jobs cancel ID`, a batch
+-- for cancel_matching), each only from the states its event allows; by primary key (the
+-- + keeps the planner off the state indexes).
 UPDATE jobs
 SET state = {cancelled}, finished_at = :now, lease_expires_at = NULL,
     finish_seq = {fragment_finish_seq}
-WHERE id = :id AND state IN ({cancel_from})
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({cancel_from})
 RETURNING {job_columns};
 
 -- name: revive
@@ -302,8 +305,32 @@ RETURNING {job_columns};
 UPDATE jobs
 SET state = {ready}, attempts = 0, run_at = :now, finished_at = NULL, finish_seq = NULL,
     lease_expires_at = NULL, worker_id = NULL
-WHERE id = :id AND state IN ({revive_from})
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({revive_from})
 RETURNING {job_columns};
+
+-- name: matching_by_queue
+-- columns: id, unique_key
+-- A bulk action's jobs (cancel_matching, retry_matching): at most :limit of one (state,
+-- queue) range of jobs_state_queue, NULL :task for any (a task's are in jobs_task, but
+-- its held ones: those are few). With :free_key, only jobs whose unique key no other
+-- unfinished job holds (one seek of jobs_unique_unfinished each), as a revival needs: the
+-- others do not fill the batch.
+SELECT id, unique_key FROM jobs INDEXED BY jobs_state_queue
+WHERE state = :state AND queue = :queue AND (:task IS NULL OR task = :task)
+  AND NOT (:free_key AND unique_key IS NOT NULL AND EXISTS (
+      SELECT 1 FROM jobs AS u
+      WHERE u.unique_key = jobs.unique_key AND u.state IN ({unfinished})))
+LIMIT :limit;
+
+-- name: matching_by_task
+-- columns: id, unique_key
+-- The same, from one (task, state, queue) range of jobs_task.
+SELECT id, unique_key FROM jobs INDEXED BY jobs_task
+WHERE task = :task AND state = :state AND queue = :queue AND state IN ({unheld})
+  AND NOT (:free_key AND unique_key IS NOT NULL AND EXISTS (
+      SELECT 1 FROM jobs AS u
+      WHERE u.unique_key = jobs.unique_key AND u.state IN ({unfinished})))
+LIMIT :limit;
 
 -- name: get_job
 -- returns: job
@@ -436,13 +463,14 @@ UPDATE stats_horizon SET seq = :bound WHERE seq < :bound;
 UPDATE stats_settled SET jobs = jobs - :jobs WHERE queue = :queue AND state = :state;
 
 -- name: unsettle_revived
--- A dead or cancelled job about to be revived (same transaction, before the revive): out
--- of the settled counts if it is in them.
-UPDATE stats_settled SET jobs = jobs - 1
-WHERE (queue, state) = (SELECT queue, state FROM jobs
-                        WHERE id = :id AND state IN ({revive_from})
-                          AND (finish_seq IS NULL
-                               OR finish_seq <= (SELECT seq FROM stats_horizon)));
+-- Dead or cancelled jobs about to be revived (:ids; same transaction, before the revive):
+-- out of the settled counts, those in them.
+UPDATE stats_settled SET jobs = stats_settled.jobs - g.revived
+FROM (SELECT queue, state, count(*) AS revived FROM jobs
+      WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({revive_from})
+        AND (finish_seq IS NULL OR finish_seq <= (SELECT seq FROM stats_horizon))
+      GROUP BY queue, state) AS g
+WHERE stats_settled.queue = g.queue AND stats_settled.state = g.state;
 
 -- name: prune
 -- columns: queue, state, settled
