@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ..app import App
 from ..brokers import Broker, broker_from_url
 from ..brokers.base import QueueDepth, Stats, WorkerList, unknown_limit
-from ..errors import ConfigError, InvalidTransition, JobNotFound, SluicegateError
+from ..errors import ConfigError, InvalidTransition, SluicegateError
 from ..job import TERMINAL, Job, JobId, JobState
 from ..limit_report import needs_text, report, waiting_for
 from ..limits import Limit, local_host, parse_rate
@@ -225,56 +225,34 @@ class Source:
         return self.broker.cancel(job_id)
 
     def retry_matching(self, queue: str | None, task: str | None) -> int:
-        """Dead jobs of the filter back to ready, up to BULK_PER_REQUEST."""
+        """Dead jobs of the filter back to ready, up to BULK_PER_REQUEST, a broker batch
+        (one short transaction) at a time."""
         self.forget()
         done = 0
         while done < BULK_PER_REQUEST:
-            # PENDING(bulk actions): n = self.broker.retry_matching(queue=queue, task=task,
-            #   limit=min(BULK, BULK_PER_REQUEST - done)), and stop when n == 0.
-            n = self._one_by_one(JobState.DEAD, queue, task, self.broker.retry, done)
+            n = self.broker.retry_matching(
+                queue=queue, task=task, limit=min(BULK, BULK_PER_REQUEST - done)
+            )
             done += n
             if n == 0:
                 break
         return done
 
     def cancel_matching(self, state: JobState, queue: str | None, task: str | None) -> int:
-        """Unfinished jobs of the filter cancelled, up to BULK_PER_REQUEST."""
+        """Unfinished jobs of the filter cancelled, up to BULK_PER_REQUEST, a broker batch
+        at a time."""
         if state in TERMINAL:
             raise InvalidTransition(f"cannot cancel {state.value} jobs: they have finished")
         self.forget()
         done = 0
         while done < BULK_PER_REQUEST:
-            # PENDING(bulk actions): n = self.broker.cancel_matching(state=state,
-            #   queue=queue, task=task, limit=min(BULK, BULK_PER_REQUEST - done)).
-            n = self._one_by_one(state, queue, task, self.broker.cancel, done)
+            n = self.broker.cancel_matching(
+                state=state, queue=queue, task=task, limit=min(BULK, BULK_PER_REQUEST - done)
+            )
             done += n
             if n == 0:
                 break
         return done
-
-    def _one_by_one(
-        self,
-        state: JobState,
-        queue: str | None,
-        task: str | None,
-        act: Callable[[int], Job],
-        done: int,
-    ) -> int:
-        """The stand-in for the bulk verbs: one batch of the filter, job by job. A job
-        another hand changed meanwhile is skipped, as the bulk verbs skip it."""
-        batch = [
-            job
-            for job in self.broker.list_jobs(state, queue, BULK)
-            if task is None or job.task == task
-        ][: min(BULK, BULK_PER_REQUEST - done)]
-        changed = 0
-        for job in batch:
-            try:
-                act(job.id)
-            except (InvalidTransition, JobNotFound):
-                continue
-            changed += 1
-        return changed
 
     def set_limit(
         self, name: str, concurrency: int | None, rate: str | None, burst: int | None
