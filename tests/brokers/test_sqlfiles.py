@@ -85,3 +85,19 @@ def test_render_fills_in_once_and_refuses_unknown_placeholders() -> None:
     assert render("a {x} {f:j}", {"x": "{y}", "f": lambda a: a + "!"}, "q") == "a {y} j!"
     with pytest.raises(ValueError, match="unknown placeholder"):
         render("{nope}", {}, "q")
+
+
+def test_a_fragment_with_a_parameter_is_called_with_sql() -> None:
+    from sluicegate.brokers.sqlfiles import Block, expand_calls
+
+    fragments = {"fragment_add": Block("fragment_add", "coalesce(x, '(') + {value}", (), "value")}
+    sql = "SELECT {fragment_add(f(1, ')', g(2)))} AS y, {fragment_add(3)} AS z"
+    assert expand_calls(sql, fragments, "t") == (
+        "SELECT (coalesce(x, '(') + f(1, ')', g(2))) AS y, (coalesce(x, '(') + 3) AS z"
+    )
+    with pytest.raises(ValueError, match="no fragment fragment_other"):
+        expand_calls("{fragment_other(1)}", fragments, "t")
+    with pytest.raises(ValueError, match="never closed"):
+        expand_calls("{fragment_add(f(1)}", fragments, "t")
+    with pytest.raises(ValueError, match="must end with"):
+        expand_calls("{fragment_add(1) }", fragments, "t")

@@ -81,6 +81,7 @@ class JobRows:
             result,
             last_error,
             limits,
+            history,
         ) = self._pick(row)
         return Job.from_fields(
             id=JobId(id_),
@@ -102,6 +103,7 @@ class JobRows:
             worker_id=worker_id,
             lease_expires_at=lease_expires_at,
             limits=decode_needs(limits) if limits else (),
+            history=stored_history(history),
         )
 
     def claimed(self, row: Row, token: int) -> ClaimedJob:
@@ -124,6 +126,18 @@ class JobRows:
             )
             return ClaimedJob(Claim(job.id, token), job, f"corrupt job row: {exc}")
         return ClaimedJob(Claim(job.id, token), job)
+
+
+def stored_history(text: str | None) -> list[dict[str, Any]]:
+    """A row's history (JSON text, NULL while it has none); text that is no JSON array of
+    objects reads as none: a job is never refused for what only a reader looks at."""
+    if not text:
+        return []
+    try:
+        decoded = loads(text)
+    except ValueError:
+        return []
+    return [e for e in decoded if isinstance(e, dict)] if isinstance(decoded, list) else []
 
 
 def matched(query: Query, rows: Iterable[Row]) -> set[Claim]:

@@ -19,7 +19,16 @@ from typing import Any
 
 from ...codec import dumps, loads
 from ...errors import BrokerUnavailable, ConfigError
-from ...job import Claim, ClaimedJob, Job, JobId, JobSpec, JobState, in_claim_order
+from ...job import (
+    Claim,
+    ClaimedJob,
+    Job,
+    JobId,
+    JobSpec,
+    JobState,
+    history_error,
+    in_claim_order,
+)
 from ...limits import (
     Candidate,
     Limit,
@@ -30,7 +39,7 @@ from ...limits import (
     local_host,
     room,
 )
-from ...outcomes import Failed
+from ...outcomes import Failed, failed
 from .. import base
 from ..base import (
     FORGET_WORKERS_AFTER,
@@ -358,11 +367,24 @@ class SQLiteBroker(SQLBroker):
         writes: list[tuple[str, list[list[Any]]]] = [
             ("start", [[c.job_id, c.token] for c in batch.starts]),
             ("ack", [[o.claim.job_id, o.claim.token, o.result_json] for o in batch.acks]),
-            ("fail_dead", [[o.claim.job_id, o.claim.token, _error_json(o)] for o in batch.burials]),
+            (
+                "fail_dead",
+                [
+                    [o.claim.job_id, o.claim.token, _error_json(o), failed(o), _brief(o)]
+                    for o in batch.burials
+                ],
+            ),
             (
                 "fail_retry",
                 [
-                    [o.claim.job_id, o.claim.token, _error_json(o), o.retry_in]
+                    [
+                        o.claim.job_id,
+                        o.claim.token,
+                        _error_json(o),
+                        o.retry_in,
+                        failed(o),
+                        _brief(o),
+                    ]
                     for o in batch.retries
                 ],
             ),
@@ -608,3 +630,8 @@ class SQLiteBroker(SQLBroker):
 
 def _error_json(outcome: Failed) -> str:
     return dumps(outcome.error.to_dict())
+
+
+def _brief(outcome: Failed) -> str:
+    """The failure's error as its history entry keeps it."""
+    return dumps(history_error(outcome.error))
