@@ -358,7 +358,7 @@ LIMIT :limit;
 -- columns: id, unique_key
 -- The same, from one (task, state, queue) range of jobs_task.
 SELECT id, unique_key FROM jobs INDEXED BY jobs_task
-WHERE task = :task AND state = :state AND queue = :queue AND state IN ({unheld})
+WHERE task = :task AND state = :state AND queue = :queue AND state NOT IN ({held})
   AND NOT (:free_key AND unique_key IS NOT NULL AND EXISTS (
       SELECT 1 FROM jobs AS u
       WHERE u.unique_key = jobs.unique_key AND u.state IN ({unfinished})))
@@ -400,10 +400,10 @@ SELECT queue FROM queues WHERE queue IS NOT NULL;
 -- name: list_jobs_of_task
 -- returns: job
 -- One (task, state, queue) range of jobs_task read backwards. The index holds the states
--- of {unheld} only: a query names its WHERE term for SQLite to take it.
+-- NOT IN ({held}) only: a query names its WHERE term for SQLite to take it.
 SELECT {job_columns} FROM jobs INDEXED BY jobs_task
 WHERE task = :task AND state = :state AND queue = :queue AND id <= :upto
-  AND state IN ({unheld})
+  AND state NOT IN ({held})
 ORDER BY id DESC
 LIMIT :limit;
 
@@ -412,10 +412,10 @@ LIMIT :limit;
 -- The queues of a task's jobs in a state: a loose scan of jobs_task, one seek per queue.
 WITH RECURSIVE queues(queue) AS (
     SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_task
-            WHERE task = :task AND state = :state AND state IN ({unheld}))
+            WHERE task = :task AND state = :state AND state NOT IN ({held}))
     UNION ALL
     SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_task
-            WHERE task = :task AND state = :state AND state IN ({unheld})
+            WHERE task = :task AND state = :state AND state NOT IN ({held})
               AND queue > queues.queue)
     FROM queues WHERE queues.queue IS NOT NULL
 )
