@@ -484,15 +484,15 @@ class SQLBroker(SQLListings, Broker):
         query = "cancel" if event is Event.CANCEL else "revive"
         if not self._may_exist(job_id):
             raise refusal(event, job_id, None)
-        row, current = self._apply_one(query, job_id)
-        if row is None:
+        job, current = self._apply_one(query, job_id)
+        if job is None:
             raise refusal(event, job_id, current)
-        return self._jobs[query].job(row)
+        return job
 
     @abstractmethod
-    def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:
-        """Run an operator action's statement on one job in one transaction: its row, or
-        None and the job's current state (None too when there is no such job)."""
+    def _apply_one(self, query: str, job_id: int) -> tuple[Job | None, str | None]:
+        """Run an operator action's statement on one job in one transaction: the job as it
+        left it, or None and the job's current state (None too when there is no such job)."""
 
     def retry_matching(
         self, *, queue: str | None = None, task: str | None = None, limit: int = 1000

@@ -391,7 +391,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         self._fate.remember([claim])
 
     # ---- operator actions ---------------------------------------------------------------
-    def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:
+    def _apply_one(self, query: str, job_id: int) -> tuple[Job | None, str | None]:
         get = self._queries["get_job"]
         with self._db.transaction() as conn:
             params = {"id": job_id, "now": self._now()}
@@ -402,7 +402,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
             if row is not None:
                 if query == "revive":
                     self._notify_queues(conn, [row[self._queries[query].at["queue"]]])
-                return row, None
+                return self._jobs[query].job(row), None
             current = conn.execute(get, {"id": job_id}).fetchone()
         return None, current[get.at["state"]] if current else None
 

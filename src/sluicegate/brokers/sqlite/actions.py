@@ -11,10 +11,9 @@ import sqlite3
 from collections.abc import Callable, Sequence
 
 from ...codec import dumps
-from ...job import JobId, JobState
+from ...job import Job, JobId, JobState
 from ..base import one_per_key
 from ..listing import SQLListings
-from ..sqlbase import Row
 from .connections import Connections
 
 
@@ -24,35 +23,37 @@ class OperatorActions(SQLListings):
     _db: Connections
     _clock: Callable[[], float]
 
-    def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:
+    def _apply_one(self, query: str, job_id: int) -> tuple[Job | None, str | None]:
         get = self._queries["get_job"]
         with self._db.write() as conn:
-            rows = self._apply_ids(conn, query, [job_id])
-            if rows:
-                return rows[0], None
-            current = conn.execute(get, {"id": job_id}).fetchone()
-        return None, current[get.at["state"]] if current else None
+            changed = self._apply_ids(conn, query, [job_id])
+            row = conn.execute(get, {"id": job_id}).fetchone()
+        if changed:
+            return self._jobs["get_job"].job(row), None
+        return None, row[get.at["state"]] if row else None
 
-    def _apply_ids(self, conn: sqlite3.Connection, query: str, ids: Sequence[int]) -> list[Row]:
-        """``cancel`` or ``revive`` on jobs by id; a revival takes settled jobs out of the
-        counts first (nothing for a job it does not revive)."""
+    def _apply_ids(self, conn: sqlite3.Connection, query: str, ids: Sequence[int]) -> int:
+        """``cancel`` or ``revive`` on jobs by id; returns how many it changed. A revival
+        takes settled jobs out of the counts first (nothing for a job it does not revive)."""
+        if not ids:
+            return 0
         params = {"ids": dumps(ids), "now": self._clock()}
         if query == "revive":
             conn.execute(self._queries["unsettle_revived"], params)
-        return conn.execute(self._queries[query], params).fetchall()
+        return int(conn.execute(self._queries[query], params).rowcount)
 
     def _revive_matching(self, queue: str | None, task: str | None, limit: int) -> int:
         """Under the write lock: nothing changes between the pick and the writes."""
         with self._db.write() as conn:
             picked = self._matching(conn, JobState.DEAD, queue, task, limit, free_key=True)
-            return len(self._apply_ids(conn, "revive", one_per_key(picked)))
+            return self._apply_ids(conn, "revive", one_per_key(picked))
 
     def _cancel_matching(
         self, state: JobState, queue: str | None, task: str | None, limit: int
     ) -> int:
         with self._db.write() as conn:
             picked = self._matching(conn, state, queue, task, limit, free_key=False)
-            return len(self._apply_ids(conn, "cancel", [job_id for job_id, _ in picked]))
+            return self._apply_ids(conn, "cancel", [job_id for job_id, _ in picked])
 
     def _matching(
         self,

@@ -319,26 +319,23 @@ WHERE state IN ({recover_from}) AND worker_id = :worker
 RETURNING id, state;
 
 -- name: cancel
--- returns: job
 -- Operator actions on jobs by id (:ids, a JSON array: one for `jobs cancel ID`, a batch
 -- for cancel_matching), each only from the states its event allows; by primary key (the
--- + keeps the planner off the state indexes).
+-- + keeps the planner off the state indexes). No RETURNING: a batch needs only its count
+-- (a third of its time went to returning a thousand rows), one job is read after.
 UPDATE jobs
 SET state = {cancelled}, finished_at = :now, lease_expires_at = NULL,
     finish_seq = {fragment_finish_seq},
     history = {fragment_history(json_object('event', {happened_cancelled}, 'from', state,
         'worker', CASE WHEN state IN ({held}) THEN worker_id END))}
-WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({cancel_from})
-RETURNING {job_columns};
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({cancel_from});
 
 -- name: revive
--- returns: job
 UPDATE jobs
 SET state = {ready}, attempts = 0, run_at = :now, finished_at = NULL, finish_seq = NULL,
     lease_expires_at = NULL, worker_id = NULL,
     history = {fragment_history(json_object('event', {happened_retried}, 'from', state))}
-WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({revive_from})
-RETURNING {job_columns};
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({revive_from});
 
 -- name: matching_by_queue
 -- columns: id, unique_key
