@@ -127,6 +127,46 @@ class ErrorInfo:
         )
 
 
+class Happened(StrEnum):
+    """What a job's history records: each transition off the happy path. The happy one
+    (enqueued, run, succeeded) is in the job's times, and writes nothing more."""
+
+    FAILED = "failed"  # an attempt raised: retried later ("retry_at") or dead ("dead")
+    TIMEOUT = "timeout"  # an attempt ran past its timeout: the same
+    RECOVERED = "recovered"  # its lease expired without a heartbeat: ready, or dead
+    WORKER_LOST = "worker_lost"  # its worker's process was seen gone: ready, or dead
+    RELEASED = "released"  # handed back at a shutdown, its attempt refunded
+    CANCELLED = "cancelled"  # by an operator ("from": the state it left)
+    RETRIED = "retried"  # revived by an operator ("from": dead or cancelled)
+
+
+HISTORY_CAP = 50  # entries a job keeps; past it the oldest goes, so a row stays bounded
+HISTORY_MESSAGE = 500  # characters of an error's message an entry keeps (last_error: all)
+
+
+def history_entry(at: float, happened: Happened, attempt: int, **fields: Any) -> dict[str, Any]:
+    """One history entry: when (the broker's clock), what, at which attempt, and what else
+    the event says (``worker``, ``error``, ``retry_at``, ``dead``, ``from``); fields that are
+    None are left out. Every broker writes the same entry for the same transition."""
+    entry = {"at": at, "event": happened.value, "attempt": attempt}
+    entry.update((k, v) for k, v in fields.items() if v is not None)
+    return entry
+
+
+def history_error(error: ErrorInfo) -> dict[str, str]:
+    """An error as an entry holds it: its type and the start of its message, NUL shown as
+    U+FFFD (PostgreSQL's jsonb cannot hold it; last_error keeps the text as it was)."""
+    return {
+        "type": error.type.replace("\x00", "\ufffd"),
+        "message": error.message[:HISTORY_MESSAGE].replace("\x00", "\ufffd"),
+    }
+
+
+def appended(history: list[dict[str, Any]], entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """``history`` with ``entry`` last, the oldest entries dropped past HISTORY_CAP."""
+    return [*history[max(0, len(history) - HISTORY_CAP + 1) :], entry]
+
+
 @dataclass(frozen=True)  # not slotted: from_fields below needs a __dict__
 class Job:
     """A snapshot of one job as the broker last stored it."""
@@ -150,6 +190,7 @@ class Job:
     worker_id: str | None = None
     lease_expires_at: float | None = None
     limits: tuple[tuple[str, str | None, int], ...] = ()  # (limit, partition value, cost)
+    history: list[dict[str, Any]] = field(default_factory=list)  # off the happy path: Happened
 
     @classmethod
     def from_fields(cls, **fields: Any) -> Job:
@@ -161,6 +202,7 @@ class Job:
         job = object.__new__(cls)
         values = dict(_JOB_DEFAULTS)
         values["args"], values["kwargs"] = [], {}  # fresh mutable defaults, never shared
+        values["history"] = []
         values.update(fields)
         job.__dict__.update(values)
         return job
@@ -190,6 +232,7 @@ class Job:
             "worker_id": self.worker_id,
             "lease_expires_at": self.lease_expires_at,
             "limits": [{"limit": n, "partition": p, "cost": c} for n, p, c in self.limits],
+            "history": self.history,
         }
 
 

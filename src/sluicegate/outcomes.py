@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .job import Claim, ErrorInfo, Event
+from .job import Claim, ErrorInfo, Event, Happened
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,3 +54,8 @@ class Settled:
 Failed = Retried | Buried
 Outcome = Succeeded | Retried | Buried
 Report = Succeeded | Retried | Buried | Settled  # what an executor hands back to the worker
+
+
+def failed(outcome: Failed) -> str:
+    """What the job's history says of a failed attempt (sluicegate.job.Happened)."""
+    return (Happened.TIMEOUT if outcome.timed_out else Happened.FAILED).value

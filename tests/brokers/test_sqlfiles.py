@@ -63,6 +63,9 @@ def test_partial_indexes_of_the_migrations_match_the_placeholders(dialect: str) 
     text = " ".join(s for m in load_migrations(dialect, {"schema": "s"}) for s in m.statements)
     assert f"state IN ({state_values()['unfinished']})" in text
     assert f"state IN ({state_values()['held']})" in text
+    listed = {"sqlite": f"state NOT IN ({state_values()['held']})",  # jobs_task
+              "postgresql": f"state IN ({state_values()['unheld']})"}  # fmt: skip
+    assert listed[dialect] in text
     assert set(STATE_LITERAL.findall(text)) <= {s.value for s in JobState}
     assert {s.value for s in UNFINISHED} <= set(STATE_LITERAL.findall(text))
 
@@ -85,3 +88,19 @@ def test_render_fills_in_once_and_refuses_unknown_placeholders() -> None:
     assert render("a {x} {f:j}", {"x": "{y}", "f": lambda a: a + "!"}, "q") == "a {y} j!"
     with pytest.raises(ValueError, match="unknown placeholder"):
         render("{nope}", {}, "q")
+
+
+def test_a_fragment_with_a_parameter_is_called_with_sql() -> None:
+    from sluicegate.brokers.sqlfiles import Block, expand_calls
+
+    fragments = {"fragment_add": Block("fragment_add", "coalesce(x, '(') + {value}", (), "value")}
+    sql = "SELECT {fragment_add(f(1, ')', g(2)))} AS y, {fragment_add(3)} AS z"
+    assert expand_calls(sql, fragments, "t") == (
+        "SELECT (coalesce(x, '(') + f(1, ')', g(2))) AS y, (coalesce(x, '(') + 3) AS z"
+    )
+    with pytest.raises(ValueError, match="no fragment fragment_other"):
+        expand_calls("{fragment_other(1)}", fragments, "t")
+    with pytest.raises(ValueError, match="never closed"):
+        expand_calls("{fragment_add(f(1)}", fragments, "t")
+    with pytest.raises(ValueError, match="must end with"):
+        expand_calls("{fragment_add(1) }", fragments, "t")

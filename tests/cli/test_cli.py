@@ -169,6 +169,20 @@ def test_jobs_list_by_task_unique_key_and_pages(workdir: Path) -> None:
     assert bad.returncode == 2 and "--before" in bad.stderr
 
 
+def test_jobs_show_prints_the_history(workdir: Path) -> None:
+    run(workdir, "enqueue", "t")
+    assert "history: none off the happy path" in run(workdir, "jobs", "show", "1").stdout
+    run(workdir, "jobs", "cancel", "1")
+    run(workdir, "jobs", "retry", "1")
+    shown = json.loads(run(workdir, "jobs", "show", "1", "--json").stdout)
+    assert [(e["event"], e["from"]) for e in shown["history"]] == [
+        ("cancelled", "ready"),
+        ("retried", "cancelled"),
+    ]
+    text = run(workdir, "jobs", "show", "1").stdout
+    assert "history: 2" in text and '"event": "retried"' in text
+
+
 def test_cancel_and_retry(workdir: Path) -> None:
     run(workdir, "enqueue", "t")
     assert "cancelled" in run(workdir, "jobs", "cancel", "1").stdout

@@ -20,12 +20,16 @@ from ..job import (
     ClaimedJob,
     ErrorInfo,
     Event,
+    Happened,
     Job,
     JobId,
     JobSpec,
     JobState,
+    appended,
     apply,
     can_apply,
+    history_entry,
+    history_error,
     initial_state,
     job_id_of,
 )
@@ -40,7 +44,7 @@ from ..limits import (
     in_use_of,
     local_host,
 )
-from ..outcomes import Outcome
+from ..outcomes import Buried, Outcome, Retried, Succeeded, failed
 from . import base
 from .base import (
     FORGET_WORKERS_AFTER,
@@ -86,6 +90,12 @@ class MemoryBroker(Broker):
         self._subscribers = Subscribers()
 
     # ---- helpers --------------------------------------------------------------
+    @staticmethod
+    def _noted(job: Job, now: float, happened: Happened, **fields: Any) -> list[dict[str, Any]]:
+        """``job``'s history with the entry of a transition off the happy path, as the SQL
+        brokers' fragment_history writes it: the attempt is the one before the change."""
+        return appended(job.history, history_entry(now, happened, job.attempts, **fields))
+
     def _set(self, job: Job, event: Event, **changes: object) -> Job:
         updated = dataclasses.replace(job, state=apply(job.state, event), **changes)  # type: ignore[arg-type]
         self._jobs[job.id] = updated
@@ -388,6 +398,17 @@ class MemoryBroker(Broker):
         job = self._holds(outcome.claim, outcome.event)
         if job is None:
             return False
+        if not isinstance(outcome, Succeeded):
+            fate = {"retry_at": now + outcome.retry_in} if isinstance(outcome, Retried) else {}
+            changes["history"] = self._noted(
+                job,
+                now,
+                Happened(failed(outcome)),
+                worker=job.worker_id,
+                error=history_error(outcome.error),
+                dead=True if isinstance(outcome, Buried) else None,
+                **fate,
+            )
         started_at = job.started_at if job.state is JobState.RUNNING else now
         self._set(job, outcome.event, started_at=started_at, lease_expires_at=None, **changes)
         return True
@@ -407,6 +428,7 @@ class MemoryBroker(Broker):
     def release(self, claims: Sequence[Claim]) -> list[Claim]:
         lost = []
         with self._lock:
+            now = self._clock()
             for claim in claims:
                 job = self._holds(claim, Event.RELEASE)
                 if job is None:
@@ -418,6 +440,7 @@ class MemoryBroker(Broker):
                         attempts=max(job.attempts - 1, 0),
                         lease_expires_at=None,
                         worker_id=None,
+                        history=self._noted(job, now, Happened.RELEASED, worker=job.worker_id),
                     )
         if len(lost) < len(claims):
             self._subscribers.notify_local()
@@ -436,7 +459,9 @@ class MemoryBroker(Broker):
                 ),
                 key=lambda j: (j.lease_expires_at or 0.0, j.id),  # oldest expiry first
             )[:limit]
-            result = self._recover(expired, now, lambda job: worker_lost_error(job.worker_id))
+            result = self._recover(
+                expired, now, Happened.RECOVERED, lambda job: worker_lost_error(job.worker_id)
+            )
         if result.requeued:
             self._subscribers.notify_local()
         return result
@@ -448,24 +473,31 @@ class MemoryBroker(Broker):
                 (j for j in self._jobs.values() if j.state in HELD and j.worker_id == worker_id),
                 key=lambda j: j.id,
             )
-            result = self._recover(held, self._clock(), lambda job: error)
+            result = self._recover(held, self._clock(), Happened.WORKER_LOST, lambda job: error)
         if result.requeued:
             self._subscribers.notify_local()
         return result
 
     def _recover(
-        self, jobs: list[Job], now: float, error_of: Callable[[Job], ErrorInfo]
+        self,
+        jobs: list[Job],
+        now: float,
+        happened: Happened,
+        error_of: Callable[[Job], ErrorInfo],
     ) -> Recovery:
         """Held jobs back to ready (the attempt stays charged), or dead with no attempts left."""
         result = Recovery()
         for job in jobs:
-            if job.attempts >= job.max_attempts:
+            dead = job.attempts >= job.max_attempts
+            history = self._noted(job, now, happened, worker=job.worker_id, dead=dead or None)
+            if dead:
                 self._set(
                     job,
                     Event.RECOVER_DEAD,
                     last_error=error_of(job),
                     finished_at=now,
                     lease_expires_at=None,
+                    history=history,
                 )
                 result.dead.append(job.id)
             else:
@@ -475,6 +507,7 @@ class MemoryBroker(Broker):
                     last_error=error_of(job),
                     lease_expires_at=None,
                     worker_id=None,
+                    history=history,
                 )
                 result.requeued.append(job.id)
         return Recovery(requeued=sorted(result.requeued), dead=sorted(result.dead))
@@ -489,8 +522,19 @@ class MemoryBroker(Broker):
     def cancel(self, job_id: int | str) -> Job:
         job_id = job_id_of(job_id)
         with self._lock:
-            job = self._get(job_id, Event.CANCEL)
-            return self._set(job, Event.CANCEL, finished_at=self._clock(), lease_expires_at=None)
+            return self._cancel(self._get(job_id, Event.CANCEL), self._clock())
+
+    def _cancel(self, job: Job, now: float) -> Job:
+        held_by = job.worker_id if job.state in HELD else None
+        return self._set(
+            job,
+            Event.CANCEL,
+            finished_at=now,
+            lease_expires_at=None,
+            history=self._noted(
+                job, now, Happened.CANCELLED, worker=held_by, **{"from": job.state.value}
+            ),
+        )
 
     def retry(self, job_id: int | str) -> Job:
         job_id = job_id_of(job_id)
@@ -506,14 +550,16 @@ class MemoryBroker(Broker):
         return revived
 
     def _revive(self, job: Job) -> Job:
+        now = self._clock()
         return self._set(
             job,
             Event.REVIVE,
             attempts=0,
-            run_at=self._clock(),
+            run_at=now,
             finished_at=None,
             lease_expires_at=None,
             worker_id=None,
+            history=self._noted(job, now, Happened.RETRIED, **{"from": job.state.value}),
         )
 
     def retry_matching(
@@ -547,7 +593,7 @@ class MemoryBroker(Broker):
             now = self._clock()
             picked = [j for j in self._jobs.values() if matching.matches(j)][: max(limit, 0)]
             for job in picked:
-                self._set(job, Event.CANCEL, finished_at=now, lease_expires_at=None)
+                self._cancel(job, now)
         return len(picked)
 
     # ---- retention -----------------------------------------------------------------

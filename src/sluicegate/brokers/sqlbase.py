@@ -81,6 +81,7 @@ class JobRows:
             result,
             last_error,
             limits,
+            history,
         ) = self._pick(row)
         return Job.from_fields(
             id=JobId(id_),
@@ -102,6 +103,7 @@ class JobRows:
             worker_id=worker_id,
             lease_expires_at=lease_expires_at,
             limits=decode_needs(limits) if limits else (),
+            history=stored_history(history),
         )
 
     def claimed(self, row: Row, token: int) -> ClaimedJob:
@@ -124,6 +126,18 @@ class JobRows:
             )
             return ClaimedJob(Claim(job.id, token), job, f"corrupt job row: {exc}")
         return ClaimedJob(Claim(job.id, token), job)
+
+
+def stored_history(text: str | None) -> list[dict[str, Any]]:
+    """A row's history (JSON text, NULL while it has none); text that is no JSON array of
+    objects reads as none: a job is never refused for what only a reader looks at."""
+    if not text:
+        return []
+    try:
+        decoded = loads(text)
+    except ValueError:
+        return []
+    return [e for e in decoded if isinstance(e, dict)] if isinstance(decoded, list) else []
 
 
 def matched(query: Query, rows: Iterable[Row]) -> set[Claim]:
@@ -470,15 +484,15 @@ class SQLBroker(SQLListings, Broker):
         query = "cancel" if event is Event.CANCEL else "revive"
         if not self._may_exist(job_id):
             raise refusal(event, job_id, None)
-        row, current = self._apply_one(query, job_id)
-        if row is None:
+        job, current = self._apply_one(query, job_id)
+        if job is None:
             raise refusal(event, job_id, current)
-        return self._jobs[query].job(row)
+        return job
 
     @abstractmethod
-    def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:
-        """Run an operator action's statement on one job in one transaction: its row, or
-        None and the job's current state (None too when there is no such job)."""
+    def _apply_one(self, query: str, job_id: int) -> tuple[Job | None, str | None]:
+        """Run an operator action's statement on one job in one transaction: the job as it
+        left it, or None and the job's current state (None too when there is no such job)."""
 
     def retry_matching(
         self, *, queue: str | None = None, task: str | None = None, limit: int = 1000

@@ -11,8 +11,10 @@ Placeholders are filled in one step, ``render``: ``{name}``, or ``{name:arg}`` f
 value that takes an argument (``{job_columns:j}``, the job columns of table alias ``j``).
 The state names come from sluicegate.job's transition table (``state_values``): ``{ready}``
 is ``'ready'``, ``{held}`` the states a lease holds (``{unheld}`` the others),
-``{cancel_from}`` the states the cancel event may start from, and so on. No .sql file
-spells a state itself.
+``{cancel_from}`` the states the cancel event may start from, and so on; a history
+entry's event, ``{happened_cancelled}``, from sluicegate.job.Happened. No .sql file
+spells a state itself. A ``fragment_`` block is SQL text shared by other blocks:
+``{fragment_x}``, or, for one that takes a parameter, ``{fragment_x(SQL)}``.
 """
 
 from __future__ import annotations
@@ -23,18 +25,29 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from ..job import HELD, TERMINAL, UNFINISHED, Event, JobState, sources
+from ..job import (
+    HELD,
+    HISTORY_CAP,
+    HISTORY_MESSAGE,
+    TERMINAL,
+    UNFINISHED,
+    Event,
+    Happened,
+    JobState,
+    sources,
+)
 
 # The columns a Job is built from, as every dialect's job rows name them.
 JOB_COLUMNS = (
     "id", "queue", "task", "args", "kwargs", "state", "priority", "run_at", "attempts",
     "max_attempts", "unique_key", "worker_id", "lease_expires_at", "enqueued_at",
-    "started_at", "finished_at", "result", "last_error", "limits",
+    "started_at", "finished_at", "result", "last_error", "limits", "history",
 )  # fmt: skip
 
 Value = str | Callable[[str], str]
 
-_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_NAME = re.compile(r"^--\s*name:\s*(\w+)(?:\((\w+)\))?\s*$", re.MULTILINE)
+_CALL = re.compile(r"\{(fragment_\w+)\(")
 _DECLARED = re.compile(r"--\s*(columns|returns):\s*(.+)")
 _PLACEHOLDER = re.compile(r"\{(\w+)(?::(\w+))?\}")
 _VERB = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
@@ -56,6 +69,8 @@ def state_values() -> dict[str, str]:
     values.update(held=_quoted(HELD), unfinished=_quoted(UNFINISHED), terminal=_quoted(TERMINAL))
     values["unheld"] = _quoted(frozenset(JobState) - HELD)  # what the listing indexes hold
     values.update({f"{event.value}_from": _quoted(sources(event)) for event in Event})
+    values.update(history_cap=str(HISTORY_CAP), history_message=str(HISTORY_MESSAGE))
+    values.update({f"happened_{h.name.lower()}": f"'{h.value}'" for h in Happened})
     return values
 
 
@@ -96,6 +111,7 @@ class Block:
     name: str
     sql: str  # comment lines dropped, placeholders not yet filled in
     declared: tuple[str, ...]  # () for a statement that returns no rows
+    parameter: str | None = None  # a fragment's, named in its header: fragment_x(entry)
 
 
 def _read(dialect: str, filename: str) -> str:
@@ -112,7 +128,7 @@ def blocks(dialect: str) -> tuple[Block, ...]:
     """Every ``-- name: X`` block of ``sql/<dialect>/queries.sql``, unrendered."""
     parts = _NAME.split(_read(dialect, "queries.sql"))
     found = []
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+    for name, parameter, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
         first = body.strip().splitlines()[0] if body.strip() else ""
         declared: tuple[str, ...] = ()
         if match := _DECLARED.fullmatch(first.strip()):
@@ -121,7 +137,8 @@ def blocks(dialect: str) -> tuple[Block, ...]:
                 raise ValueError(f"{dialect} query {name}: only '-- returns: job' is known")
             listed = ["job.*"] if kind == "returns" else [n.strip() for n in names.split(",")]
             declared = tuple(c for n in listed for c in (JOB_COLUMNS if n == "job.*" else (n,)))
-        found.append(Block(name, _uncommented(body).strip().rstrip(";").strip(), declared))
+        sql = _uncommented(body).strip().rstrip(";").strip()
+        found.append(Block(name, sql, declared, parameter))
     return tuple(found)
 
 
@@ -131,17 +148,22 @@ FRAGMENT = "fragment_"  # a block named fragment_X is SQL text other blocks incl
 def load_queries(dialect: str, values: Mapping[str, Value]) -> dict[str, Query]:
     """The dialect's queries, rendered with ``values`` (and the state placeholders), each
     checked against its declared result columns. A ``fragment_`` block is no query: it is
-    rendered first and filled in wherever another block names it (shared CTEs)."""
+    rendered first and filled in wherever another block names it (shared CTEs). One that
+    names a parameter (``-- name: fragment_x(entry)``) is called with an argument instead,
+    ``{fragment_x(SQL)}``, and its ``{entry}`` becomes that SQL (``expand_calls``)."""
     values = {**state_values(), **values}
+    called = {}
     for block in blocks(dialect):
-        if block.name.startswith(FRAGMENT):
+        if block.name.startswith(FRAGMENT) and block.parameter:
+            called[block.name] = block
+        elif block.name.startswith(FRAGMENT):
             values[block.name] = render(block.sql, values, f"{dialect} fragment {block.name}")
     queries = {}
     for block in blocks(dialect):
         if block.name.startswith(FRAGMENT):
             continue
         where = f"{dialect} query {block.name}"
-        sql = render(block.sql, values, where)
+        sql = render(expand_calls(block.sql, called, where), values, where)
         found = result_columns(sql, where)
         if found != block.declared:
             raise ValueError(
@@ -150,6 +172,47 @@ def load_queries(dialect: str, values: Mapping[str, Value]) -> dict[str, Query]:
             )
         queries[block.name] = Query(block.name, sql, block.declared)
     return queries
+
+
+def expand_calls(sql: str, fragments: Mapping[str, Block], where: str) -> str:
+    """Each ``{fragment_x(ARG)}`` of ``sql`` replaced by fragment x's SQL, in parentheses,
+    with ARG (any SQL, parentheses balanced) where it names its parameter. The result is
+    rendered as the rest of the statement is."""
+    out, at = [], 0
+    while call := _CALL.search(sql, at):
+        block = fragments.get(call.group(1))
+        if block is None or block.parameter is None:
+            raise ValueError(f"{where}: no fragment {call.group(1)}(...) takes an argument")
+        end = _closing(sql, call.end(), where)
+        if sql[end : end + 2] != ")}":
+            raise ValueError(f"{where}: {call.group(1)}(...) must end with ')}}'")
+        argument = sql[call.end() : end].strip()
+        out += [
+            sql[at : call.start()],
+            "(",
+            block.sql.replace(f"{{{block.parameter}}}", argument),
+            ")",
+        ]
+        at = end + 2
+    return "".join([*out, sql[at:]])
+
+
+def _closing(sql: str, start: int, where: str) -> int:
+    """Where the parenthesis open before ``start`` closes (quoted text skipped)."""
+    depth, quote = 0, ""
+    for i in range(start, len(sql)):
+        ch = sql[i]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            if depth == 0:
+                return i
+            depth -= 1
+    raise ValueError(f"{where}: a fragment call's parenthesis is never closed")
 
 
 def _flattened(sql: str) -> str:

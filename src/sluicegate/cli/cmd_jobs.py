@@ -144,7 +144,7 @@ def jobs_list(
 @broker_option
 @friendly_errors
 def jobs_show(job_id: str, as_json: bool, broker_url: str | None) -> None:
-    """Show one job, with its last error and traceback."""
+    """Show one job: its last error and traceback, and its history off the happy path."""
     app = open_app(broker_url)
     job = app.get_job(job_id)
     data = job.to_dict()
@@ -162,6 +162,10 @@ def jobs_show(job_id: str, as_json: bool, broker_url: str | None) -> None:
         elif key == "limits":
             if value:
                 console.print(f"[bold]limits[/]: {escape(needs_text(job.limits))}", highlight=False)
+        elif key == "history":
+            console.print(f"[bold]history[/]: {len(value) or 'none off the happy path'}")
+            for entry in value:  # oldest first, one a line
+                console.print(f"  {json.dumps(entry)}", highlight=False, markup=False)
         elif key == "waiting_for":
             reason = value or "no limit: every limit it names has room (waiting for a slot)"
             console.print(f"[bold]waiting_for[/]: {escape(reason)}", highlight=False)

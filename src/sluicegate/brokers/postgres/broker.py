@@ -20,8 +20,9 @@ from typing import Any
 
 from ...codec import dumps
 from ...errors import BrokerUnavailable, ConfigError, EnqueueFateUnknown, LeaseLost
-from ...job import HELD, Claim, Job, JobId, JobSpec, JobState, in_claim_order
+from ...job import HELD, Claim, Job, JobId, JobSpec, JobState, history_error, in_claim_order
 from ...limits import local_host
+from ...outcomes import Failed, failed
 from ..base import (
     FORGET_WORKERS_AFTER,
     ClaimBatch,
@@ -289,11 +290,15 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         if batch.burials:
             params = {**ids_tokens([o.claim for o in batch.burials]), "now": now}
             params["errors"] = [dumps(o.error.to_dict()) for o in batch.burials]
+            params["events"] = [failed(o) for o in batch.burials]
+            params["briefs"] = [_brief(o) for o in batch.burials]
             done |= matched(q["fail_dead"], conn.execute(q["fail_dead"], params))
         if batch.retries:
             params = {**ids_tokens([o.claim for o in batch.retries]), "now": now}
             params["errors"] = [dumps(o.error.to_dict()) for o in batch.retries]
             params["retry_in"] = [o.retry_in for o in batch.retries]
+            params["events"] = [failed(o) for o in batch.retries]
+            params["briefs"] = [_brief(o) for o in batch.retries]
             rows = conn.execute(q["fail_retry"], params).fetchall()
             done |= matched(q["fail_retry"], rows)
             if rows:  # due later: sleeping workers elsewhere recompute their next wake-up
@@ -317,7 +322,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
             return []
         query = self._queries["release"]
         with self._db.transaction() as conn:
-            rows = conn.execute(query, ids_tokens(claims)).fetchall()
+            rows = conn.execute(query, {**ids_tokens(claims), "now": self._now()}).fetchall()
             if rows:
                 self._notify_queues(conn, [r[query.at["queue"]] for r in rows])
         released = matched(query, rows)
@@ -386,7 +391,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         self._fate.remember([claim])
 
     # ---- operator actions ---------------------------------------------------------------
-    def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:
+    def _apply_one(self, query: str, job_id: int) -> tuple[Job | None, str | None]:
         get = self._queries["get_job"]
         with self._db.transaction() as conn:
             params = {"id": job_id, "now": self._now()}
@@ -397,7 +402,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
             if row is not None:
                 if query == "revive":
                     self._notify_queues(conn, [row[self._queries[query].at["queue"]]])
-                return row, None
+                return self._jobs[query].job(row), None
             current = conn.execute(get, {"id": job_id}).fetchone()
         return None, current[get.at["state"]] if current else None
 
@@ -533,3 +538,8 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         unsubscribe = self._subscribers.add(callback)
         self._listener.listening.wait(LISTEN_WAIT)
         return unsubscribe
+
+
+def _brief(outcome: Failed) -> str:
+    """The failure's error as its history entry keeps it."""
+    return dumps(history_error(outcome.error))

@@ -19,7 +19,16 @@ from typing import Any
 
 from ...codec import dumps, loads
 from ...errors import BrokerUnavailable, ConfigError
-from ...job import Claim, ClaimedJob, Job, JobId, JobSpec, JobState, in_claim_order
+from ...job import (
+    Claim,
+    ClaimedJob,
+    Job,
+    JobId,
+    JobSpec,
+    JobState,
+    history_error,
+    in_claim_order,
+)
 from ...limits import (
     Candidate,
     Limit,
@@ -30,7 +39,7 @@ from ...limits import (
     local_host,
     room,
 )
-from ...outcomes import Failed
+from ...outcomes import Failed, failed
 from .. import base
 from ..base import (
     FORGET_WORKERS_AFTER,
@@ -41,7 +50,6 @@ from ..base import (
     Recovery,
     WorkerInfo,
     WorkerList,
-    one_per_key,
     unknown_limit,
     worker_died_error,
 )
@@ -58,6 +66,7 @@ from ..sqlbase import (
 )
 from ..sqlfiles import JOB_COLUMNS, Query
 from ..wakeups import Subscribers
+from .actions import OperatorActions
 from .connections import SYNC_MODES, Connections, parse_sqlite_url
 from .watch import Watcher
 
@@ -70,7 +79,7 @@ def job_columns(table: str) -> str:
     return ", ".join(f"{table}.{c}" if table else c for c in JOB_COLUMNS)
 
 
-class SQLiteBroker(SQLBroker):
+class SQLiteBroker(OperatorActions, SQLBroker):
     dialect = "sqlite"
     unique_violation = (sqlite3.IntegrityError,)
 
@@ -358,11 +367,24 @@ class SQLiteBroker(SQLBroker):
         writes: list[tuple[str, list[list[Any]]]] = [
             ("start", [[c.job_id, c.token] for c in batch.starts]),
             ("ack", [[o.claim.job_id, o.claim.token, o.result_json] for o in batch.acks]),
-            ("fail_dead", [[o.claim.job_id, o.claim.token, _error_json(o)] for o in batch.burials]),
+            (
+                "fail_dead",
+                [
+                    [o.claim.job_id, o.claim.token, _error_json(o), failed(o), _brief(o)]
+                    for o in batch.burials
+                ],
+            ),
             (
                 "fail_retry",
                 [
-                    [o.claim.job_id, o.claim.token, _error_json(o), o.retry_in]
+                    [
+                        o.claim.job_id,
+                        o.claim.token,
+                        _error_json(o),
+                        o.retry_in,
+                        failed(o),
+                        _brief(o),
+                    ]
                     for o in batch.retries
                 ],
             ),
@@ -488,62 +510,6 @@ class SQLiteBroker(SQLBroker):
             rows = conn.execute(query, {"since": now - gone_within}).fetchall()
         return WorkerList(now, worker_records(query, rows))
 
-    # ---- operator actions -------------------------------------------------
-    def _apply_one(self, query: str, job_id: int) -> tuple[Row | None, str | None]:
-        get = self._queries["get_job"]
-        with self._db.write() as conn:
-            rows = self._apply_ids(conn, query, [job_id])
-            if rows:
-                return rows[0], None
-            current = conn.execute(get, {"id": job_id}).fetchone()
-        return None, current[get.at["state"]] if current else None
-
-    def _apply_ids(self, conn: sqlite3.Connection, query: str, ids: Sequence[int]) -> list[Row]:
-        """``cancel`` or ``revive`` on jobs by id; a revival takes settled jobs out of the
-        counts first (nothing for a job it does not revive)."""
-        params = {"ids": dumps(ids), "now": self._clock()}
-        if query == "revive":
-            conn.execute(self._queries["unsettle_revived"], params)
-        return conn.execute(self._queries[query], params).fetchall()
-
-    def _revive_matching(self, queue: str | None, task: str | None, limit: int) -> int:
-        """Under the write lock: nothing changes between the pick and the writes."""
-        with self._db.write() as conn:
-            picked = self._matching(conn, JobState.DEAD, queue, task, limit, free_key=True)
-            return len(self._apply_ids(conn, "revive", one_per_key(picked)))
-
-    def _cancel_matching(
-        self, state: JobState, queue: str | None, task: str | None, limit: int
-    ) -> int:
-        with self._db.write() as conn:
-            picked = self._matching(conn, state, queue, task, limit, free_key=False)
-            return len(self._apply_ids(conn, "cancel", [job_id for job_id, _ in picked]))
-
-    def _matching(
-        self,
-        conn: sqlite3.Connection,
-        state: JobState,
-        queue: str | None,
-        task: str | None,
-        limit: int,
-        free_key: bool,
-    ) -> list[tuple[JobId, str | None]]:
-        """(id, unique key) of at most ``limit`` jobs in ``state`` of ``queue`` and ``task``,
-        range by range as listings read them (``listing.SQLListings``)."""
-        by_task = task is not None and state in self.TASK_RANGES
-        query = self._queries["matching_by_task" if by_task else "matching_by_queue"]
-        by = {"state": state.value, "task": task}
-        queues = self._queues(conn, "queues_of_task_state" if by_task else "queues_of_state",
-                              by, queue)  # fmt: skip
-        at_id, at_key = query.at["id"], query.at["unique_key"]
-        picked: list[tuple[JobId, str | None]] = []
-        for name in queues:
-            if len(picked) >= limit:
-                break
-            params = {**by, "queue": name, "free_key": free_key, "limit": limit - len(picked)}
-            picked += [(JobId(r[at_id]), r[at_key]) for r in conn.execute(query, params)]
-        return picked
-
     # ---- retention ------------------------------------------------------------
     def prune_batch(self, state: JobState, older_than: float, batch: int) -> int:
         """Deletes a batch and takes its settled jobs out of the counts, in one transaction."""
@@ -608,3 +574,8 @@ class SQLiteBroker(SQLBroker):
 
 def _error_json(outcome: Failed) -> str:
     return dumps(outcome.error.to_dict())
+
+
+def _brief(outcome: Failed) -> str:
+    """The failure's error as its history entry keeps it."""
+    return dumps(history_error(outcome.error))

@@ -39,7 +39,8 @@ recovering), ``lifecycle_races`` (an outcome against lease expiry, cancel agains
 backoff, retry against retry: thousands of jobs each), ``stats_counts`` (stats and
 listings against a count of every job, whenever finished counts settle),
 ``reference_model`` (random operations against the reference broker), ``listings``
-(filtered listings and keyset pages) and ``bulk_actions`` (retry and cancel by filter).
+(filtered listings and keyset pages), ``bulk_actions`` (retry and cancel by filter) and
+``history`` (a job's entries off the happy path).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from . import (
     edge_values,
     enqueue_claim,
     helpers,
+    history,
     lifecycle_races,
     limits,
     listings,
@@ -74,6 +76,7 @@ from .helpers import put as put
 from .helpers import spec as spec
 from .helpers import state as state
 from .helpers import take as take
+from .history import *  # noqa: F403
 from .lifecycle_races import *  # noqa: F403
 from .limits import *  # noqa: F403
 from .listings import *  # noqa: F403
@@ -103,4 +106,5 @@ __all__ = [
     *stats_counts.__all__,
     *listings.__all__,
     *bulk_actions.__all__,
+    *history.__all__,
 ]

@@ -449,12 +449,19 @@ RETURNING j.id, c.token;
 
 -- name: fail_retry
 -- columns: id, token, queue
+-- Per claim, %(events)s: failed or timeout, and %(briefs)s: the error as the history keeps
+-- it (sluicegate.job.history_error; last_error stores it whole).
 UPDATE {schema}.jobs AS j
 SET state = {scheduled}, run_at = {now} + make_interval(secs => c.retry_in),
     last_error = c.error, lease_expires_at = NULL,
-    started_at = CASE WHEN j.state = {running} THEN j.started_at ELSE {now} END
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[], %(retry_in)s::float8[])
-     AS c(id, token, error, retry_in)
+    started_at = CASE WHEN j.state = {running} THEN j.started_at ELSE {now} END,
+    history = {fragment_history(jsonb_build_object(
+        'event', c.event, 'worker', worker_id,
+        'retry_at', extract(epoch FROM {now} + make_interval(secs => c.retry_in))::float8,
+        'error', c.brief::jsonb))}
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[], %(retry_in)s::float8[],
+            %(events)s::text[], %(briefs)s::text[])
+     AS c(id, token, error, retry_in, event, brief)
 WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({retry_from})
 RETURNING j.id, c.token, j.queue;
 
@@ -463,10 +470,28 @@ RETURNING j.id, c.token, j.queue;
 UPDATE {schema}.jobs AS j
 SET state = {dead}, last_error = c.error, finished_at = {now}, lease_expires_at = NULL,
     finish_xid = pg_current_xact_id(),
-    started_at = CASE WHEN j.state = {running} THEN j.started_at ELSE {now} END
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[]) AS c(id, token, error)
+    started_at = CASE WHEN j.state = {running} THEN j.started_at ELSE {now} END,
+    history = {fragment_history(jsonb_build_object(
+        'event', c.event, 'worker', worker_id, {dead}, true, 'error', c.brief::jsonb))}
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[], %(events)s::text[],
+            %(briefs)s::text[])
+     AS c(id, token, error, event, brief)
 WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({bury_from})
 RETURNING j.id, c.token;
+
+-- name: fragment_history(entry)
+-- A job's history with one more entry, for every statement that takes a job off the
+-- happy path (sluicegate.job.Happened). The caller gives the entry's own fields as a
+-- jsonb object, {fragment_history(jsonb_build_object('event', ...))}; its time (the
+-- statement's clock, {now}) and its attempt come from here, and fields that are NULL are
+-- left out. Past {history_cap} entries the oldest goes. A job that ends dead says so
+-- with {dead}: true (the key is the state's name). Columns are the statement's row
+-- (unqualified: the statement's other tables must not name them).
+(CASE WHEN jsonb_array_length(coalesce(history, '[]')::jsonb) >= {history_cap}
+      THEN coalesce(history, '[]')::jsonb - 0 ELSE coalesce(history, '[]')::jsonb END
+ || jsonb_build_array(jsonb_strip_nulls(
+        jsonb_build_object('at', extract(epoch FROM {now})::float8, 'attempt', attempts)
+        || {entry})))::text
 
 -- name: own_writes
 -- columns: id, token
@@ -491,7 +516,8 @@ RETURNING j.id, c.token;
 -- Shutdown hands the job back: the attempt charged at claim is refunded.
 UPDATE {schema}.jobs AS j
 SET state = {ready}, attempts = greatest(j.attempts - 1, 0), lease_expires_at = NULL,
-    worker_id = NULL, lease_token = NULL
+    worker_id = NULL, lease_token = NULL,
+    history = {fragment_history(jsonb_build_object('event', {happened_released}, 'worker', worker_id))}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
 WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({release_from})
 RETURNING j.id, c.token, j.queue;
@@ -515,7 +541,9 @@ SET state = CASE WHEN j.attempts >= j.max_attempts THEN {dead} ELSE {ready} END,
     worker_id = CASE WHEN j.attempts >= j.max_attempts THEN j.worker_id ELSE NULL END,
     last_error = json_build_object('type', 'WorkerLost', 'traceback', '',
         'message', 'worker lost: lease of worker ' || coalesce(j.worker_id, '?')
-                   || ' expired without a heartbeat')::text
+                   || ' expired without a heartbeat')::text,
+    history = {fragment_history(jsonb_build_object('event', {happened_recovered}, 'worker', worker_id,
+        {dead}, CASE WHEN attempts >= max_attempts THEN true END))}
 FROM expired
 WHERE j.id = expired.id
 RETURNING j.id, j.state, j.queue;
@@ -546,7 +574,9 @@ SET state = CASE WHEN j.attempts >= j.max_attempts THEN {dead} ELSE {ready} END,
     finish_xid = CASE WHEN j.attempts >= j.max_attempts THEN pg_current_xact_id() END,
     lease_expires_at = NULL, lease_token = NULL,
     worker_id = CASE WHEN j.attempts >= j.max_attempts THEN j.worker_id ELSE NULL END,
-    last_error = %(error)s
+    last_error = %(error)s,
+    history = {fragment_history(jsonb_build_object('event', {happened_worker_lost}, 'worker', worker_id,
+        {dead}, CASE WHEN attempts >= max_attempts THEN true END))}
 FROM held
 WHERE j.id = held.id
 RETURNING j.id, j.state, j.queue;
@@ -555,7 +585,7 @@ RETURNING j.id, j.state, j.queue;
 -- returns: job
 UPDATE {schema}.jobs
 SET state = {cancelled}, finished_at = {now}, lease_expires_at = NULL, lease_token = NULL,
-    finish_xid = pg_current_xact_id()
+    finish_xid = pg_current_xact_id(), history = {fragment_history({fragment_cancelled})}
 WHERE id = %(id)s AND state IN ({cancel_from})
 RETURNING {job_columns};
 
@@ -563,9 +593,20 @@ RETURNING {job_columns};
 -- returns: job
 UPDATE {schema}.jobs
 SET state = {ready}, attempts = 0, run_at = {now}, finished_at = NULL, finish_xid = NULL,
-    lease_expires_at = NULL, worker_id = NULL, lease_token = NULL
+    lease_expires_at = NULL, worker_id = NULL, lease_token = NULL,
+    history = {fragment_history({fragment_retried})}
 WHERE id = %(id)s AND state IN ({revive_from})
 RETURNING {job_columns};
+
+-- name: fragment_cancelled
+-- An operator's cancel, as history entries say it (cancel, cancel_matching): the state
+-- it left, and the worker that held it if any.
+jsonb_build_object('event', {happened_cancelled}, 'from', state,
+                   'worker', CASE WHEN state IN ({held}) THEN worker_id END)
+
+-- name: fragment_retried
+-- An operator's revival (revive, revive_matching): the state it left.
+jsonb_build_object('event', {happened_retried}, 'from', state)
 
 -- name: cancel_matching
 -- columns: id, queue
@@ -587,7 +628,7 @@ WITH picked AS (
 )
 UPDATE {schema}.jobs AS j
 SET state = {cancelled}, finished_at = {now}, lease_expires_at = NULL, lease_token = NULL,
-    finish_xid = pg_current_xact_id()
+    finish_xid = pg_current_xact_id(), history = {fragment_history({fragment_cancelled})}
 FROM picked
 WHERE j.id = picked.id AND j.state IN ({cancel_from})
 RETURNING j.id, j.queue;
@@ -627,7 +668,8 @@ WITH picked AS (
 )
 UPDATE {schema}.jobs AS j
 SET state = {ready}, attempts = 0, run_at = {now}, finished_at = NULL, finish_xid = NULL,
-    lease_expires_at = NULL, worker_id = NULL, lease_token = NULL
+    lease_expires_at = NULL, worker_id = NULL, lease_token = NULL,
+    history = {fragment_history({fragment_retried})}
 FROM (SELECT id FROM chosen) AS c
 WHERE j.id = c.id AND j.state = {dead}
 RETURNING j.id, j.queue;

@@ -219,27 +219,51 @@ RETURNING jobs.id, jobs.lease_token AS token;
 
 -- name: fail_retry
 -- columns: id, token
+-- :batch: [id, token, error, retry_in, event, brief] per claim: event, failed or timeout,
+-- and brief, the error as the history keeps it (sluicegate.job.history_error).
 UPDATE jobs
 SET state = {scheduled}, run_at = :now + c.retry_in, last_error = c.error,
     started_at = CASE WHEN jobs.state = {running} THEN jobs.started_at ELSE :now END,
-    lease_expires_at = NULL
+    lease_expires_at = NULL,
+    history = {fragment_history(json_object(
+        'event', c.event, 'worker', worker_id, 'retry_at', :now + c.retry_in,
+        'error', json(c.brief)))}
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token,
-             json_extract(value, '$[2]') AS error, json_extract(value, '$[3]') AS retry_in
+             json_extract(value, '$[2]') AS error, json_extract(value, '$[3]') AS retry_in,
+             json_extract(value, '$[4]') AS event, json_extract(value, '$[5]') AS brief
       FROM json_each(:batch)) AS c
 WHERE jobs.id = c.id AND jobs.lease_token = c.token AND +jobs.state IN ({retry_from})
 RETURNING jobs.id, jobs.lease_token AS token;
 
 -- name: fail_dead
 -- columns: id, token
+-- :batch: [id, token, error, event, brief] per claim.
 UPDATE jobs
 SET state = {dead}, last_error = c.error, finished_at = :now, lease_expires_at = NULL,
     finish_seq = {fragment_finish_seq},
-    started_at = CASE WHEN jobs.state = {running} THEN jobs.started_at ELSE :now END
+    started_at = CASE WHEN jobs.state = {running} THEN jobs.started_at ELSE :now END,
+    history = {fragment_history(json_object(
+        'event', c.event, 'worker', worker_id, {dead}, json('true'),
+        'error', json(c.brief)))}
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token,
-             json_extract(value, '$[2]') AS error
+             json_extract(value, '$[2]') AS error, json_extract(value, '$[3]') AS event,
+             json_extract(value, '$[4]') AS brief
       FROM json_each(:batch)) AS c
 WHERE jobs.id = c.id AND jobs.lease_token = c.token AND +jobs.state IN ({bury_from})
 RETURNING jobs.id, jobs.lease_token AS token;
+
+-- name: fragment_history(entry)
+-- A job's history with one more entry, for every statement that takes a job off the
+-- happy path (sluicegate.job.Happened). The caller gives the entry's own fields as a JSON
+-- object, {fragment_history(json_object('event', ...))}; its time (:now, the broker's
+-- clock) and its attempt come from here, and fields that are NULL are left out (as
+-- json_patch drops them). Past {history_cap} entries the oldest goes. A job that ends
+-- dead says so with {dead}: true (the key is the state's name). Columns are the
+-- statement's row (unqualified: the statement's other tables must not name them).
+json_insert(
+    CASE WHEN json_array_length(coalesce(history, '[]')) >= {history_cap}
+         THEN json_remove(history, '$[0]') ELSE coalesce(history, '[]') END,
+    '$[#]', json_patch(json_object('at', :now, 'attempt', attempts), {entry}))
 
 -- name: heartbeat
 UPDATE jobs SET lease_expires_at = :now + :lease
@@ -249,7 +273,8 @@ WHERE id = :id AND lease_token = :token AND state IN ({held});
 -- Shutdown hands the job back: the attempt charged at claim is refunded.
 UPDATE jobs
 SET state = {ready}, attempts = max(attempts - 1, 0), lease_expires_at = NULL,
-    worker_id = NULL
+    worker_id = NULL,
+    history = {fragment_history(json_object('event', {happened_released}, 'worker', worker_id))}
 WHERE id = :id AND lease_token = :token AND state IN ({release_from});
 
 -- name: probe_expired
@@ -268,7 +293,9 @@ SET state = CASE WHEN attempts >= max_attempts THEN {dead} ELSE {ready} END,
     lease_expires_at = NULL,
     last_error = json_object('type', 'WorkerLost', 'traceback', '',
         'message', 'worker lost: lease of worker ' || coalesce(worker_id, '?')
-                   || ' expired without a heartbeat')
+                   || ' expired without a heartbeat'),
+    history = {fragment_history(json_object('event', {happened_recovered}, 'worker', worker_id,
+        {dead}, json(CASE WHEN attempts >= max_attempts THEN 'true' END)))}
 WHERE id IN (SELECT id FROM jobs WHERE state IN ({recover_from}) AND lease_expires_at < :now
              ORDER BY lease_expires_at, id LIMIT :limit)
 RETURNING id, state;
@@ -285,28 +312,30 @@ SET state = CASE WHEN attempts >= max_attempts THEN {dead} ELSE {ready} END,
     finish_seq = CASE WHEN attempts >= max_attempts THEN {fragment_finish_seq} END,
     worker_id = CASE WHEN attempts >= max_attempts THEN worker_id ELSE NULL END,
     lease_expires_at = NULL,
-    last_error = :error
+    last_error = :error,
+    history = {fragment_history(json_object('event', {happened_worker_lost}, 'worker', worker_id,
+        {dead}, json(CASE WHEN attempts >= max_attempts THEN 'true' END)))}
 WHERE state IN ({recover_from}) AND worker_id = :worker
 RETURNING id, state;
 
 -- name: cancel
--- returns: job
 -- Operator actions on jobs by id (:ids, a JSON array: one for `jobs cancel ID`, a batch
 -- for cancel_matching), each only from the states its event allows; by primary key (the
--- + keeps the planner off the state indexes).
+-- + keeps the planner off the state indexes). No RETURNING: a batch needs only its count
+-- (a third of its time went to returning a thousand rows), one job is read after.
 UPDATE jobs
 SET state = {cancelled}, finished_at = :now, lease_expires_at = NULL,
-    finish_seq = {fragment_finish_seq}
-WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({cancel_from})
-RETURNING {job_columns};
+    finish_seq = {fragment_finish_seq},
+    history = {fragment_history(json_object('event', {happened_cancelled}, 'from', state,
+        'worker', CASE WHEN state IN ({held}) THEN worker_id END))}
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({cancel_from});
 
 -- name: revive
--- returns: job
 UPDATE jobs
 SET state = {ready}, attempts = 0, run_at = :now, finished_at = NULL, finish_seq = NULL,
-    lease_expires_at = NULL, worker_id = NULL
-WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({revive_from})
-RETURNING {job_columns};
+    lease_expires_at = NULL, worker_id = NULL,
+    history = {fragment_history(json_object('event', {happened_retried}, 'from', state))}
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({revive_from});
 
 -- name: matching_by_queue
 -- columns: id, unique_key
@@ -326,7 +355,7 @@ LIMIT :limit;
 -- columns: id, unique_key
 -- The same, from one (task, state, queue) range of jobs_task.
 SELECT id, unique_key FROM jobs INDEXED BY jobs_task
-WHERE task = :task AND state = :state AND queue = :queue AND state IN ({unheld})
+WHERE task = :task AND state = :state AND queue = :queue AND state NOT IN ({held})
   AND NOT (:free_key AND unique_key IS NOT NULL AND EXISTS (
       SELECT 1 FROM jobs AS u
       WHERE u.unique_key = jobs.unique_key AND u.state IN ({unfinished})))
@@ -368,10 +397,10 @@ SELECT queue FROM queues WHERE queue IS NOT NULL;
 -- name: list_jobs_of_task
 -- returns: job
 -- One (task, state, queue) range of jobs_task read backwards. The index holds the states
--- of {unheld} only: a query names its WHERE term for SQLite to take it.
+-- NOT IN ({held}) only: a query names its WHERE term for SQLite to take it.
 SELECT {job_columns} FROM jobs INDEXED BY jobs_task
 WHERE task = :task AND state = :state AND queue = :queue AND id <= :upto
-  AND state IN ({unheld})
+  AND state NOT IN ({held})
 ORDER BY id DESC
 LIMIT :limit;
 
@@ -380,10 +409,10 @@ LIMIT :limit;
 -- The queues of a task's jobs in a state: a loose scan of jobs_task, one seek per queue.
 WITH RECURSIVE queues(queue) AS (
     SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_task
-            WHERE task = :task AND state = :state AND state IN ({unheld}))
+            WHERE task = :task AND state = :state AND state NOT IN ({held}))
     UNION ALL
     SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_task
-            WHERE task = :task AND state = :state AND state IN ({unheld})
+            WHERE task = :task AND state = :state AND state NOT IN ({held})
               AND queue > queues.queue)
     FROM queues WHERE queues.queue IS NOT NULL
 )
