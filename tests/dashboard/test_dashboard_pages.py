@@ -132,7 +132,9 @@ def test_job_page_shows_arguments_result_error_and_timeline(dash_app: App) -> No
     assert TRACEBACK.splitlines()[1].replace('"', "&#34;") in dead
     assert 'data-testid="job-attempts">1 of 1<' in dead
     events = re.findall(r'data-testid="timeline-entry" data-event="(\w+)"', dead)
-    assert events == ["enqueued", "started", "dead"]
+    assert events == ["enqueued", "started", "failed", "dead"]  # failed: from its history
+    failed = dead.split('data-event="failed"', 1)[1].split("</li>", 1)[0]
+    assert "ValueError" in failed and "no attempts left" in failed
     assert 'data-testid="job-retry"' in dead
 
     ok = c.get(f"/jobs/{jobs.succeeded.id}").text

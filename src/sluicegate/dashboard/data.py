@@ -7,9 +7,6 @@ ones from the settled counters: never a count over the table), ``list_workers()`
 row per worker, with its metrics snapshot), ``limit_figures()``, one ``get_job``, and
 listings that read one index range of at most a page of rows (``list_jobs``, newest
 first). Nothing here writes except the operator actions at the bottom.
-
-Lines marked ``PENDING(...)`` stand in for broker and metrics calls that are being added
-on other branches; each says what replaces it.
 """
 
 from __future__ import annotations
@@ -207,9 +204,7 @@ class Source:
     @staticmethod
     def history_of(job: Job) -> list[dict[str, Any]]:
         """The job's non-happy transitions (failed, recovered, released, ...)."""
-        # PENDING(job history): return job.history once Job has it.
-        found = getattr(job, "history", None)
-        return [entry for entry in found or [] if isinstance(entry, dict)]
+        return [entry for entry in job.history if isinstance(entry, dict)]
 
     @staticmethod
     def needs(job: Job) -> str:

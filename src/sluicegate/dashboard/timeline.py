@@ -15,12 +15,12 @@ def timeline(job: Job, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
     if job.run_at > job.enqueued_at + 0.001 and not history:
         entries.append(_entry(job.run_at, "due", detail="scheduled to be ready at this time"))
-    for item in history:
-        entries.append(_from_history(item))
     if job.started_at is not None:
         entries.append(
             _entry(job.started_at, "started", attempt=job.attempts, worker=job.worker_id)
         )
+    for item in history:
+        entries.append(_from_history(item))
     if job.finished_at is not None:
         entries.append(
             _entry(
@@ -32,8 +32,10 @@ def timeline(job: Job, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 else None,
             )
         )
-    # Stable sort: entries of one instant keep the order of the job's life.
-    entries.sort(key=lambda e: (e["at"] is None, e["at"] or 0.0))
+    # By time; at one instant, by attempt, then in the order of a life (a stable sort):
+    # an attempt starts, then fails, then the job finishes.
+    # (Times to the millisecond: a broker may store one instant as two nearby floats.)
+    entries.sort(key=lambda e: (e["at"] is None, round(e["at"] or 0.0, 3), e["attempt"] or 0))
     return entries
 
 
