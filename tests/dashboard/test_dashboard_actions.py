@@ -164,6 +164,14 @@ def test_only_urlencoded_forms_are_read(dash_app: App, kind: str) -> None:
     assert state_of(dash_app, jobs.dead.id) == "dead"
 
 
+def test_a_post_without_a_body_is_refused_for_its_missing_csrf_field(dash_app: App) -> None:
+    jobs = seed(dash_app)
+    c = client(dash_app)
+    csrf_of(c)  # the browser has its CSRF cookie; the request just has no form
+    assert c.post(f"/jobs/{jobs.dead.id}/retry").status_code == 403
+    assert state_of(dash_app, jobs.dead.id) == "dead"
+
+
 def test_a_form_too_large_is_refused(dash_app: App) -> None:
     jobs = seed(dash_app)
     c = client(dash_app)

@@ -93,6 +93,14 @@ def test_timeline_weaves_the_history_in_by_time() -> None:
     assert entries[4]["error"] == "Boom: third"
 
 
+def test_a_cancel_shows_once_with_the_state_it_left() -> None:
+    gone = job(state=JobState.CANCELLED, finished_at=105.0)
+    history = [{"at": 105.0, "event": "cancelled", "attempt": 0, "from": "ready"}]
+    entries = timeline(gone, history)
+    assert [e["event"] for e in entries] == ["enqueued", "cancelled"]
+    assert entries[1]["detail"] == "from ready"
+
+
 def test_history_is_read_when_jobs_carry_it() -> None:
     plain = job()
     assert Source.history_of(plain) == []

@@ -249,6 +249,8 @@ class FormRefused(Exception):
 async def read_form(request: Request) -> Form:
     """An urlencoded form body, at most MAX_FORM_BYTES; first value of each field."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not kind:
+        return {}  # no form at all: no CSRF field either, so the caller answers 403
     if kind != "application/x-www-form-urlencoded":
         raise FormRefused(415, "send the form as application/x-www-form-urlencoded")
     body = bytearray()

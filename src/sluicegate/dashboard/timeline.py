@@ -21,7 +21,9 @@ def timeline(job: Job, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
         )
     for item in history:
         entries.append(_from_history(item))
-    if job.finished_at is not None:
+    last = history[-1] if history and isinstance(history[-1], dict) else {}
+    if job.finished_at is not None and last.get("event") != job.state.value:
+        # (An operator's cancel is in the history already, with the state it left.)
         entries.append(
             _entry(
                 job.finished_at,
@@ -73,6 +75,8 @@ def _from_history(item: dict[str, Any]) -> dict[str, Any]:
         detail = "no attempts left: dead"
     elif isinstance(item.get("retry_at"), int | float):
         detail = "retry scheduled"
+    elif item.get("from"):
+        detail = f"from {item['from']}"
     at = item.get("at")
     attempt = item.get("attempt")
     return {
