@@ -144,13 +144,22 @@ HISTORY_CAP = 50  # entries a job keeps; past it the oldest goes, so a row stays
 HISTORY_MESSAGE = 500  # characters of an error's message an entry keeps (last_error: all)
 
 
+ENTRY_KEYS = ("at", "event", "attempt", "worker", "from", "error", "retry_at", "dead")
+
+
 def history_entry(at: float, happened: Happened, attempt: int, **fields: Any) -> dict[str, Any]:
     """One history entry: when (the broker's clock), what, at which attempt, and what else
-    the event says (``worker``, ``error``, ``retry_at``, ``dead``, ``from``); fields that are
-    None are left out. Every broker writes the same entry for the same transition."""
-    entry = {"at": at, "event": happened.value, "attempt": attempt}
-    entry.update((k, v) for k, v in fields.items() if v is not None)
-    return entry
+    the event says (``worker``, ``from``, ``error``, ``retry_at``, ``dead``); fields that
+    are None are left out. Every broker writes the same entry for the same transition."""
+    return in_order({"at": at, "event": happened.value, "attempt": attempt, **fields})
+
+
+def in_order(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry with its keys in ENTRY_KEYS' order (others after), None values left out:
+    every broker's entries read alike, whatever order its storage keeps."""
+    ordered = {k: entry[k] for k in ENTRY_KEYS if entry.get(k) is not None}
+    ordered.update((k, v) for k, v in entry.items() if k not in ordered and v is not None)
+    return ordered
 
 
 def history_error(error: ErrorInfo) -> dict[str, str]:

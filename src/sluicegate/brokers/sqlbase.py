@@ -23,7 +23,17 @@ from typing import Any, ClassVar, TypeVar
 
 from ..codec import dumps, loads
 from ..errors import ConfigError
-from ..job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobState, job_id_of
+from ..job import (
+    Claim,
+    ClaimedJob,
+    ErrorInfo,
+    Event,
+    Job,
+    JobId,
+    JobState,
+    in_order,
+    job_id_of,
+)
 from ..limits import Bucket, Key, Limit, decode_needs
 from ..outcomes import Outcome
 from . import base
@@ -137,7 +147,9 @@ def stored_history(text: str | None) -> list[dict[str, Any]]:
         decoded = loads(text)
     except ValueError:
         return []
-    return [e for e in decoded if isinstance(e, dict)] if isinstance(decoded, list) else []
+    if not isinstance(decoded, list):
+        return []
+    return [in_order(e) for e in decoded if isinstance(e, dict)]
 
 
 def matched(query: Query, rows: Iterable[Row]) -> set[Claim]:

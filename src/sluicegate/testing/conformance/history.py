@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ...brokers.base import Broker, Recovery
-from ...job import HISTORY_CAP, HISTORY_MESSAGE, ErrorInfo
+from ...job import ENTRY_KEYS, HISTORY_CAP, HISTORY_MESSAGE, ErrorInfo
 from ...outcomes import Buried, Retried, Succeeded
 from .. import FakeClock
 from .helpers import BOOM, LEASE, S, get, put, suite, take
@@ -176,6 +176,8 @@ class TestHistory:
             ("retried", 3, None),
         ]
         assert [e["at"] for e in history] == times
+        for e in history:  # read alike from every broker: keys in one order
+            assert list(e) == [k for k in ENTRY_KEYS if k in e], e
 
     def test_the_history_keeps_its_newest_entries(self, broker: Broker, clock: FakeClock) -> None:
         job = put(broker, max_attempts=1000)
