@@ -18,8 +18,9 @@ from ..errors import ConfigError, JobNotFound
 from ..job import JobState
 from ..metrics import sizing
 from ..metrics.cluster import fold
+from ..units import age, ms
 from .common import broker_option, friendly_errors, open_app
-from .figures import age, ms, rate, status
+from .figures import rate, status
 
 
 @click.command()

@@ -22,8 +22,9 @@ from rich.text import Text
 
 from ..brokers import Broker
 from ..metrics.cluster import fold
+from ..units import age, ms
 from .common import broker_option, friendly_errors, open_app
-from .figures import age, bar, ms, rate, status
+from .figures import bar, rate, status
 
 
 def frame(broker: Broker) -> Group:

@@ -8,34 +8,11 @@ import json
 import time
 from typing import Any
 
+from ..units import age as age
+from ..units import ms as ms
+
 SHOWN_CHARS = 20_000  # a value's JSON shown on the job page; the rest is in its JSON view
 CELL_CHARS = 120  # a value in a table cell
-
-
-def age(seconds: float | None) -> str:
-    """0.4s, 12s, 3.5m, 2.0h, 3.1d."""
-    if seconds is None:
-        return "-"
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    if seconds < 172_800:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86_400:.1f}d"
-
-
-def ms(seconds: float | None) -> str:
-    """A job duration: 0.8ms, 20ms, 1.5s."""
-    if seconds is None:
-        return "-"
-    if seconds < 0.01:
-        return f"{seconds * 1000:.1f}ms"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    return age(seconds)
 
 
 def rate(per_second: float | None) -> str:
