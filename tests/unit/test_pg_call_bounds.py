@@ -192,3 +192,12 @@ def test_a_closed_connection_gets_a_ticket_that_never_fires() -> None:
     ticket = watchdog.watch(LostConn(), time.monotonic())
     time.sleep(0.1)
     assert watchdog.release(ticket) is False and watchdog.cuts == 0
+
+
+def test_every_psycopg_logger_that_warns_about_a_broken_connection_is_quieted() -> None:
+    from sluicegate.brokers.postgres.connections import quiet_pool_logs
+
+    quiet_pool_logs()
+    for name in ("psycopg", "psycopg.pool", "psycopg.transaction"):
+        filters = logging.getLogger(name).filters
+        assert any(isinstance(f, QuietPoolTrouble) for f in filters), name

@@ -101,8 +101,9 @@ class QuietPoolTrouble(logging.Filter):
 def quiet_pool_logs() -> None:
     """Install QuietPoolTrouble on psycopg's and psycopg_pool's loggers, once: when a pool
     is made, so that importing sluicegate changes no one's logging. (A logger's filter sees
-    only what is logged on that logger, not what its children pass up.)"""
-    for name in ("psycopg", "psycopg.pool"):
+    only what is logged on that logger, not what its children pass up: psycopg logs a
+    rollback it could not finish on ``psycopg.transaction``.)"""
+    for name in ("psycopg", "psycopg.pool", "psycopg.transaction"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, QuietPoolTrouble) for f in logger.filters):
             logger.addFilter(QuietPoolTrouble())
