@@ -21,6 +21,7 @@ buckets) and write back what it decided, so every broker admits jobs the same wa
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -379,3 +380,18 @@ def refill(bucket: Bucket | None, limit: Limit, now: float) -> Bucket:
 
 def _sooner(a: float | None, b: float) -> float:
     return b if a is None else min(a, b)
+
+
+def changed(
+    current: Limit, concurrency: int | None, rate: str | None, burst: int | None
+) -> Limit | None:
+    """``current`` with the values an operator gave (a rate as text: "10/s"), checked as a
+    new Limit is; None when none was given. One rule for the CLI and the dashboard."""
+    changes: dict[str, Any] = {}
+    if concurrency is not None:
+        changes["concurrency"] = concurrency
+    if rate is not None:
+        changes["rate"] = parse_rate(rate)
+    if burst is not None:
+        changes["burst"] = burst
+    return dataclasses.replace(current, **changes) if changes else None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import click
@@ -13,7 +12,7 @@ from rich.table import Table
 from ..brokers.base import unknown_limit
 from ..errors import ConfigError
 from ..limit_report import NOT_REGISTERED, report
-from ..limits import Limit, parse_rate
+from ..limits import changed
 from .common import broker_option, friendly_errors, open_app
 
 
@@ -88,14 +87,9 @@ def limits_set(
     current = known.get(name)
     if current is None:
         raise unknown_limit(name, known)
-    changes: dict[str, object] = {}
-    if concurrency is not None:
-        changes["concurrency"] = concurrency
-    if rate is not None:
-        changes["rate"] = parse_rate(rate)
-    if burst is not None:
-        changes["burst"] = burst
-    updated: Limit = dataclasses.replace(current, **changes)  # type: ignore[arg-type]
+    updated = changed(current, concurrency, rate, burst)
+    if updated is None:
+        raise ConfigError("give --concurrency, --rate or --burst")
     broker.set_limit(updated)
     click.echo(f"limit {name}: {updated.describe()}")
 

@@ -11,7 +11,6 @@ first). Nothing here writes except the operator actions at the bottom.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from ..brokers.base import QueueDepth, Stats, WorkerList, unknown_limit
 from ..errors import ConfigError, InvalidTransition, SluicegateError
 from ..job import TERMINAL, Job, JobId, JobState
 from ..limit_report import needs_text, report, waiting_for
-from ..limits import Limit, local_host, parse_rate
+from ..limits import Limit, changed, local_host
 from ..metrics.cluster import fold
 from ..metrics.history import history as cluster_history
 
@@ -257,16 +256,9 @@ class Source:
         current = known.get(name)
         if current is None:
             raise unknown_limit(name, known)
-        changes: dict[str, Any] = {}
-        if concurrency is not None:
-            changes["concurrency"] = concurrency
-        if rate is not None:
-            changes["rate"] = parse_rate(rate)
-        if burst is not None:
-            changes["burst"] = burst
-        if not changes:
+        updated = changed(current, concurrency, rate, burst)
+        if updated is None:
             raise ConfigError("give a concurrency, a rate or a burst")
-        updated = dataclasses.replace(current, **changes)
         self.forget()
         self.broker.set_limit(updated)
         return updated
