@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint format bench chaos browser screenshots clean
+.PHONY: demo test test-chaos check lint format bench chaos browser screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ CHAOS_MINUTES ?= 5
 CHAOS_SEED ?=
 chaos: $(STAMP)
 	$(BIN)/python chaos/soak.py --minutes $(CHAOS_MINUTES) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) --out chaos-report.txt
+
+# The chaos tests alone (tests/chaos, both brokers), two at a time: most of their time is
+# spent waiting out leases, outages and restarts. About 5 minutes on 2 cores.
+test-chaos: $(STAMP)
+	$(BIN)/pytest -q -n 2 tests/chaos
 
 # The dashboard's browser tests drive Debian's Chromium through Playwright (never a browser
 # downloaded at test time). Without it they are skipped with the reason, except in CI.

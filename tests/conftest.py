@@ -121,6 +121,11 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if terminalreporter.config.pluginmanager.hasplugin("dsession"):
+        # Tests ran in pytest-xdist's workers (-n): this process asked for no server.
+        line = f"postgresql: {pgserver.describe(final=False)}, in the test workers"
+        terminalreporter.write_line(line)
+        return
     missing = pgserver.server.cache_info().currsize > 0 and pgserver.server()[0] is None
     terminalreporter.write_line(
         f"postgresql: {pgserver.describe(final=True)}",

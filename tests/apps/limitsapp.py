@@ -18,7 +18,7 @@ app = App(config=False)
 app.limit("shared", concurrency=3)  # global: every worker on the broker
 app.limit("per_host", concurrency=3, scope="host")
 app.limit("per_key", concurrency=1, partition="key")
-app.limit("paced", rate="20/s")
+app.limit("paced", rate="20/s", burst=2)  # 2: a late claim catches up (docs/limits.md)
 app.limit("adjustable", concurrency=2)
 app.limit("one", concurrency=1)
 

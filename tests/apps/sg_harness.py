@@ -188,6 +188,17 @@ class Fleet:
 # ---- process trees (process-pool tests) ------------------------------------------------
 
 
+def stop_all(workers: Sequence[WorkerProcess]) -> None:
+    """SIGTERM each worker once it has started (a worker still importing, as a replacement
+    started just before may be on a loaded machine, has no handler yet and would die of
+    it), then expect a graceful exit."""
+    for worker in workers:
+        wait_for(lambda w=worker: " started: " in w.log() or not w.alive(), timeout=60)
+        worker.send(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait(30) == 0, worker.log()
+
+
 def _proc_stat(pid: int) -> tuple[str, int] | None:
     """(state letter, parent pid) of a live process, or None when it is gone."""
     try:

@@ -104,7 +104,8 @@ def test_partitioned_limit_one_per_key(app: App, fleet: Fleet, spans_db: str) ->
 
 
 def test_rate_limit_over_ten_seconds(app: App, fleet: Fleet, spans_db: str) -> None:
-    """20/s (burst 1): about 200 starts in 10 s, and no 1-second window over 20 + burst."""
+    """20/s (burst 2): within 5% of 200 starts in 10 s, and no 1-second window over
+    20 + burst. (With burst 1 a busy machine's late claims lose their time: docs/limits.md.)"""
     limitsapp.paced.enqueue_many([spans_db] for _ in range(260))
     workers = [fleet.start([POOL], app=APP) for _ in range(2)]
     first = wait_for(lambda: limitsapp.read_spans(spans_db), timeout=30)
@@ -116,7 +117,7 @@ def test_rate_limit_over_ten_seconds(app: App, fleet: Fleet, spans_db: str) -> N
     in_ten = [t for t in starts if t < end]
     assert 190 <= len(in_ten) <= 210, len(in_ten)
     busiest = max(sum(1 for t in starts if a <= t < a + 1.0) for a in starts)
-    assert busiest <= 21, busiest
+    assert busiest <= 20 + 2, busiest
 
 
 def test_no_head_of_line_blocking(app: App, fleet: Fleet, spans_db: str) -> None:
@@ -143,14 +144,18 @@ def test_no_head_of_line_blocking(app: App, fleet: Fleet, spans_db: str) -> None
 
 
 def test_sigkill_gives_tokens_back_within_a_lease(app: App, fleet: Fleet, spans_db: str) -> None:
-    """A worker SIGKILLed while its job holds limit "one": another worker starts a job
-    under that limit about one lease later, not before (the token was held) and not
-    much after (it came back with the lease's recovery)."""
+    """A worker SIGKILLed while its job holds limit "one": nothing else runs under that
+    limit until the job is recovered (the token is held), and then another worker starts
+    one at once: the token comes back with the job, here within a lease (on one host the
+    death is seen without waiting for the lease, worker/lockdir.py)."""
     lease = 1.0
     limitsapp.single_file.enqueue_many([spans_db, 30.0] for _ in range(2))
     victim = fleet.start([POOL], app=APP, lease=lease)
     wait_for(lambda: limitsapp.read_spans(spans_db), timeout=30, what="the first job to start")
     rescuer = fleet.start([POOL], app=APP, lease=lease)
+    # Up and looking before the kill: on a busy machine a worker's start-up alone can
+    # take longer than the bound below.
+    wait_for(lambda: "started:" in rescuer.log(), timeout=30, what=rescuer.log)
     time.sleep(0.5)
     assert len(limitsapp.read_spans(spans_db)) == 1  # the token is held: nothing else runs
     victim.send(signal.SIGKILL)

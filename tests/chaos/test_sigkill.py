@@ -14,7 +14,7 @@ import time
 
 import chaosapp
 from sg_brokers import over_brokers
-from sg_harness import Fleet, WorkerProcess, counts, enqueue_batch, held_by, wait_for
+from sg_harness import Fleet, WorkerProcess, counts, enqueue_batch, held_by, stop_all, wait_for
 
 from sluicegate import App, JobState
 
@@ -66,10 +66,7 @@ def test_sigkill_random_workers_mid_run(fleet: Fleet, producer: App, effects_db:
         what=lambda: f"all jobs succeeded: {counts(producer.broker, 'chaos')} (seed {seed})",
     )
 
-    for worker in workers:
-        worker.send(signal.SIGTERM)
-    for worker in workers:
-        assert worker.wait(30) == 0, worker.log()
+    stop_all(workers)
 
     c = counts(producer.broker, "chaos")
     assert c["succeeded"] == JOBS and c["dead"] == 0, c

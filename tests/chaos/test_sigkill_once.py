@@ -14,7 +14,7 @@ import time
 
 import chaosapp
 from sg_brokers import over_brokers
-from sg_harness import Fleet, WorkerProcess, counts, held_by, wait_for
+from sg_harness import Fleet, WorkerProcess, counts, held_by, stop_all, wait_for
 
 from sluicegate import App, Job, JobState
 
@@ -82,10 +82,7 @@ def test_sigkilled_workers_never_run_a_single_attempt_job_twice(
         timeout=60,
         what=lambda: f"every job finished: {finished(producer)} of {JOBS} (seed {seed})",
     )
-    for worker in workers:
-        worker.send(signal.SIGTERM)
-    for worker in workers:
-        assert worker.wait(30) == 0, worker.log()
+    stop_all(workers)
 
     runs: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
     for job_id, attempt, pid in chaosapp.read_effects(effects_db):

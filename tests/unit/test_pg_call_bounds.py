@@ -124,7 +124,7 @@ class Pool:
 
 
 class Conn:
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool | None) -> None:
         self._pool = pool
 
 
@@ -166,6 +166,21 @@ def test_pool_warnings_about_our_pools_go_down_to_debug() -> None:
     for rec in not_ours:
         level = rec.levelno
         assert quiet.filter(rec) is True and rec.levelno == level
+
+
+def test_a_connection_our_pool_closed_before_warning_is_still_ours() -> None:
+    """psycopg_pool closes a connection returned mid-operation, which clears its
+    ``_pool``, and only then warns "discarding closed connection": the connection is known
+    as ours by the pool's configure hook, not by ``_pool`` alone."""
+    from sluicegate.brokers.postgres.connections import mark_ours
+
+    quiet = QuietPoolTrouble()
+    closed, stranger = Conn(None), Conn(None)
+    mark_ours(closed)
+    rec = record(logging.WARNING, "discarding closed connection: %s", closed)
+    assert quiet.filter(rec) is False and rec.levelname == "DEBUG"
+    rec = record(logging.WARNING, "discarding closed connection: %s", stranger)
+    assert quiet.filter(rec) is True and rec.levelname == "WARNING"
 
 
 def test_demoted_records_still_show_at_debug() -> None:

@@ -84,11 +84,17 @@ class QuietPoolTrouble(logging.Filter):
     @staticmethod
     def about_ours(record: logging.LogRecord) -> bool:
         """Whether an argument names one of sluicegate's pools: the pool's name, a
-        connection taken from it (``_pool``) or a pipeline of such a connection (``_conn``),
-        or a maintenance task of the pool (``pool``, a weak reference)."""
+        connection one of them made (marked by ``mark_ours``: the pool forgets a connection
+        it closes, ``_pool``, before it warns that it discards it) or a pipeline of such a
+        connection (``_conn``), or a maintenance task of the pool (``pool``, a weak
+        reference)."""
         args = record.args if isinstance(record.args, tuple) else ()
         for arg in args:
-            pool = getattr(getattr(arg, "_conn", arg), "_pool", None)
+            conn = getattr(arg, "_conn", arg)
+            with contextlib.suppress(TypeError):  # an argument that cannot be weakly held
+                if conn in _OUR_CONNECTIONS:
+                    return True
+            pool = getattr(conn, "_pool", None)
             if pool is None and callable(ref := getattr(arg, "pool", None)):
                 with contextlib.suppress(TypeError):
                     pool = ref()
@@ -96,6 +102,15 @@ class QuietPoolTrouble(logging.Filter):
             if isinstance(name, str) and name.startswith("sluicegate-"):
                 return True
         return False
+
+
+# Every connection sluicegate's pools made, held weakly: what their warnings are about.
+_OUR_CONNECTIONS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def mark_ours(conn: Any) -> None:
+    """A pool's ``configure`` hook: remember the new connection as sluicegate's."""
+    _OUR_CONNECTIONS.add(conn)
 
 
 def quiet_pool_logs() -> None:
@@ -174,6 +189,7 @@ class Connections:
         generic plan cannot know that a claim's LIMIT is small, so its cost estimate is
         large: JIT compilation, which would then start, is off for these connections
         (every statement here touches a handful of rows)."""
+        mark_ours(conn)
         bound = self.call_timeout
         conn.execute(
             "SET plan_cache_mode = force_generic_plan; SET jit = off; " + session_settings(bound)
@@ -340,6 +356,7 @@ class Connections:
                     kwargs={**self._connect_kwargs, "autocommit": False},
                     timeout=30.0,
                     reconnect_timeout=RECONNECT_CAP,
+                    configure=mark_ours,
                     name=f"sluicegate-{self.settings.schema}-tasks",
                 )
             return self._task_pool
