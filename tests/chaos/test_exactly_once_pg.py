@@ -10,12 +10,11 @@ attempt), and no job may run again.
 
 from __future__ import annotations
 
-import signal
 import time
 
 import pgchaosapp
 import sg_brokers
-from sg_harness import Fleet, counts, enqueue_mixed, wait_for
+from sg_harness import Fleet, counts, enqueue_mixed, stop_all, wait_for
 
 from sluicegate import App
 
@@ -52,9 +51,7 @@ def test_four_workers_run_20000_jobs_exactly_once(db_url: str, fleet: Fleet, pro
     drained = time.monotonic()
     for worker in workers:
         assert worker.alive(), worker.log()
-        worker.send(signal.SIGTERM)
-    for worker in workers:
-        assert worker.wait(30) == 0, worker.log()
+    stop_all(workers)
 
     c = counts(producer.broker, QUEUE)
     assert c["succeeded"] == JOBS and sum(c.values()) == JOBS, c

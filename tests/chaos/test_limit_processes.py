@@ -17,7 +17,7 @@ from typing import Any
 import limitsapp
 import pytest
 from sg_brokers import over_brokers
-from sg_harness import Fleet, counts, wait_for
+from sg_harness import Fleet, counts, stop_all, wait_for
 
 from sluicegate import App, JobState
 
@@ -64,10 +64,7 @@ def drain(app: App, fleet: Fleet, total: int, timeout: float = 90, **options: An
         timeout=timeout,
         what=lambda: f"{total} jobs to succeed: {counts(app.broker, 'lim')}\n{fleet.logs()}",
     )
-    for worker in workers:
-        worker.send(signal.SIGTERM)
-    for worker in workers:
-        assert worker.wait(30) == 0, worker.log()
+    stop_all(workers)
 
 
 def test_global_limit_across_worker_processes(app: App, fleet: Fleet, spans_db: str) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import collections
 import logging
 import re
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from urllib.parse import urlsplit
 import pgchaosapp
 import pytest
 import sg_brokers
-from sg_harness import Fleet, WorkerProcess, counts, enqueue_mixed, wait_for
+from sg_harness import Fleet, WorkerProcess, counts, enqueue_mixed, stop_all, wait_for
 from tcpproxy import TcpProxy
 
 from sluicegate import App, Job, JobState
@@ -208,10 +207,8 @@ def check_all_done(
         assert acked_run in runs[job.id], ("succeeded without its side effect", *what)
         if done.task != plain_task:  # transactional: the row commits with the ack, or never
             assert runs[job.id] == [acked_run], what
+    stop_all(workers)
     for worker in workers:
-        worker.send(signal.SIGTERM)
-    for worker in workers:
-        assert worker.wait(30) == 0, worker.log()
         assert "Traceback" not in worker.log(), worker.log()
     return runs
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import logging
 import re
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from sg_brokers import rewrite
-from sg_harness import Fleet, wait_for
+from sg_harness import Fleet, stop_all, wait_for
 from tcpproxy import TcpProxy
 
 import pgserver
@@ -167,10 +166,7 @@ def test_producers_and_workers_survive_immediate_restarts(
             assert not re.search(r" (WARNING|ERROR) psycopg", log), log
         attempts = proxy.accepted + proxy.refused
         assert attempts <= WORKERS * MAX_ATTEMPTS_PER_WORKER, (proxy.accepted, proxy.refused)
-        for worker in workers:
-            worker.send(signal.SIGTERM)
-        for worker in workers:
-            assert worker.wait(30) == 0, worker.log()
+        stop_all(workers)
         print(
             f"\n{RESTARTS} immediate restarts ({', '.join(f'{s:.1f}' for s in restarts)} s each); "
             f"{len(stored)} jobs stored and all succeeded, {landed} more stored by enqueues of "
