@@ -21,6 +21,7 @@ from ..job import JobState
 from ..metrics import sizing
 from ..metrics.cluster import fold
 from ..units import age, ms
+from .cmd_queues import since
 from .common import broker_option, friendly_errors, open_app
 from .figures import rate, status
 
@@ -37,6 +38,11 @@ def mark_paused(data: dict[str, Any], paused: Mapping[str, PausedQueue]) -> None
             }
     data["queues"] = {name: rows[name] | {"paused": name in paused} for name in sorted(rows)}
     data["paused_queues"] = [p.to_dict() for _, p in sorted(paused.items())]
+
+
+def echo_paused(paused: list[dict[str, Any]]) -> None:
+    for p in paused:
+        click.echo(f"queue {p['queue']}: paused by {p['paused_by']} since {since(p['paused_at'])}")
 
 
 @click.command()
@@ -64,8 +70,7 @@ def stats(as_json: bool, broker_url: str | None) -> None:
     counts = compact("queue", *states, "oldest")
     rates = compact("queue", "in/s", "done/s", "p50", "p95")
     for name, row in data["queues"].items():
-        shown = f"{name} (paused)" if row["paused"] else name
-        counts.add_row(shown, *(str(row[s]) for s in states), age(row["oldest_ready_age_s"]))
+        counts.add_row(name, *(str(row[s]) for s in states), age(row["oldest_ready_age_s"]))
         if row["completion_rate"] is not None:
             rates.add_row(
                 name,
@@ -75,6 +80,7 @@ def stats(as_json: bool, broker_url: str | None) -> None:
                 ms(row["duration_p95_s"]),
             )
     console.print(counts)
+    echo_paused(data["paused_queues"])
     if rates.row_count:
         console.print()
         console.print(rates)

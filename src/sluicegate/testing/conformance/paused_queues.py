@@ -60,7 +60,7 @@ class TestPausedQueues:
     def test_bad_queue_names_are_refused(self, broker: Broker, bad: object) -> None:
         for call in (broker.pause_queue, broker.resume_queue):
             with pytest.raises(ConfigError, match="invalid queue name"):
-                call(bad)  # type: ignore[operator]
+                call(bad)  # type: ignore[arg-type]
         assert broker.paused_queues() == {}
 
     @pytest.mark.parametrize("bad", ["", "   ", "x" * 201, 5])
