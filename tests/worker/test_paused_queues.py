@@ -12,11 +12,17 @@ import time
 from collections.abc import Callable
 
 import chaosapp
+import pytest
 from sg_brokers import over_brokers
 from sg_harness import Fleet, WorkerProcess, counts, enqueue, stop_all, wait_for
 
 from sluicegate import App, Job, JobState
+from sluicegate.brokers.memory import MemoryBroker
+from sluicegate.job import JobSpec
 from sluicegate.worker import PoolSpec, Worker
+from sluicegate.worker.pool import PoolState, parse_pool_spec
+from sluicegate.worker.services.claimer import Claimer
+from sluicegate.worker.services.pauses import REFRESH, WAKE_GAP, PauseWatcher
 
 POOLS = ["mixed=work,other:2", "only=work:1"]  # 3 slots on work per worker, 2 on other
 SLOW = 4.0  # s: the first jobs still run when the pause has taken effect
@@ -113,3 +119,79 @@ def test_a_pool_whose_queues_are_all_paused_sits_idle(
     assert app.get_job(job.id).state is JobState.READY
     assert app.resume_queue("q") is True
     wait_for(lambda: app.get_job(job.id).state is JobState.SUCCEEDED)
+
+
+# ---- the pause watcher and the claimer, on the memory broker ---------------------------------
+def watched_claimer(broker: MemoryBroker, spec: str) -> tuple[Claimer, PauseWatcher, list[str]]:
+    """A claimer whose dispatch only notes the queue, and the watcher it takes pauses from."""
+    got: list[str] = []
+    pool = PoolState(parse_pool_spec(spec))
+    claimer = Claimer(pool, broker, lambda _p, job: got.append(job.job.queue), lease=30,
+                      worker_id="w")  # fmt: skip
+    watcher = PauseWatcher(broker, pool.spec.queues, claimer.wake)
+    claimer.open_queues = watcher.open_queues
+    return claimer, watcher, got
+
+
+def turn(claimer: Claimer, watcher: PauseWatcher) -> None:
+    now = time.monotonic()
+    if watcher.due_in(now) <= 0:  # type: ignore[operator]
+        watcher.run(now)
+    claimer.wake()
+    claimer.run(now)
+
+
+def fill(broker: MemoryBroker, queue: str, n: int) -> None:
+    broker.enqueue(
+        [JobSpec(task="t", queue=queue, args_json="[]", kwargs_json="{}") for _ in range(n)]
+    )
+
+
+def test_no_claim_before_the_paused_set_is_read() -> None:
+    broker = MemoryBroker()
+    fill(broker, "a", 3)
+    claimer, watcher, got = watched_claimer(broker, "p=a:2")
+    claimer.wake()
+    claimer.run(time.monotonic())
+    assert got == []  # a worker restarted while "a" is paused must not claim first
+    turn(claimer, watcher)
+    assert got == ["a", "a"]
+
+
+def test_weighted_pool_gives_a_paused_queues_share_to_the_others() -> None:
+    broker = MemoryBroker()
+    fill(broker, "email", 50)
+    fill(broker, "reports", 50)
+    broker.pause_queue("email", by="t")
+    claimer, watcher, got = watched_claimer(broker, "mixed=email*3,reports:4")
+    for _ in range(3):
+        turn(claimer, watcher)
+    assert got == ["reports"] * 12
+    broker.resume_queue("email")
+    watcher.wake()  # the resume's wake-up: read again within WAKE_GAP, not a full second
+    assert watcher.due_in(time.monotonic()) <= WAKE_GAP  # type: ignore[operator]
+    watcher.run(time.monotonic())
+    assert watcher.paused == frozenset()
+    got.clear()
+    for _ in range(5):
+        turn(claimer, watcher)
+    # No credit earned while paused: email gets its 3 in 4, not a burst to catch up.
+    assert 12 <= got.count("email") <= 17, got
+
+
+def test_watcher_reads_once_a_second_and_only_its_queues() -> None:
+    broker = MemoryBroker()
+    broker.pause_queue("elsewhere", by="t")
+    changes: list[int] = []
+    watcher = PauseWatcher(broker, ["a", "b"], lambda: changes.append(1))
+    now = time.monotonic()
+    assert watcher.due_in(now) <= 0  # type: ignore[operator]  # before any claim
+    watcher.run(now)
+    assert watcher.paused == frozenset() and changes == [1]  # the first read always counts
+    assert watcher.due_in(now) == pytest.approx(REFRESH)
+    watcher.run(now + REFRESH)
+    assert changes == [1]  # nothing changed: claimers are not woken
+    broker.pause_queue("b", by="t")
+    watcher.run(now + 2 * REFRESH)
+    assert watcher.paused == frozenset({"b"}) and changes == [1, 1]
+    assert watcher.open_queues(("a", "b")) == ("a",)
