@@ -4,7 +4,8 @@ Waiting work stays in the broker, where any other worker can take it. A pool
 claims again when something may have changed: a wake-up from the broker, its last
 claim coming back full (a backlog), a scheduled job coming due, or the fallback
 poll in case a wake-up was missed. Pools with weighted queues split their free
-slots by stride scheduling.
+slots by stride scheduling. Paused queues (read by the pause watcher, never by the
+claim) are left out of its claims.
 """
 
 from __future__ import annotations
