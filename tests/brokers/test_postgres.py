@@ -91,6 +91,7 @@ class TestMigrations:
             (4, "stats"),
             (5, "listings"),
             (6, "history"),
+            (7, "paused_queues"),
         ]
         tables = sql.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
@@ -100,6 +101,7 @@ class TestMigrations:
             "jobs",
             "limit_buckets",
             "limits",
+            "paused_queues",
             "schema_version",
             "stats_horizon",
             "stats_settled",
