@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, Unpack, overload
 
-from .brokers import Broker, broker_from_url
+from .brokers import Broker, PausedQueue, broker_from_url
 from .codec import DEFAULT_PAYLOAD_LIMIT, encode_payload
 from .errors import ConfigError, JobNotFound
 from .job import Job, JobSpec
@@ -358,3 +358,17 @@ class App:
         if job is None:
             raise JobNotFound(f"job {job_id} not found")
         return job
+
+    # ---- paused queues ----
+    def pause_queue(self, name: str, by: str | None = None) -> bool:
+        """Stop every worker claiming from queue ``name`` within about a second; running
+        jobs finish and enqueue still works. False: it was paused already."""
+        return self.broker.pause_queue(name, by)
+
+    def resume_queue(self, name: str) -> bool:
+        """Let workers claim from queue ``name`` again. False: it was not paused."""
+        return self.broker.resume_queue(name)
+
+    def paused_queues(self) -> dict[str, PausedQueue]:
+        """Every paused queue, by name: who paused it (``paused_by``) and when."""
+        return self.broker.paused_queues()

@@ -115,7 +115,7 @@ def test_stats_json_shape(workdir: Path) -> None:
     run(workdir, "enqueue", "send_reset", "--queue", "email")
     data = json.loads(run(workdir, "stats", "--json").stdout)
     # The keys stats has always printed are kept; the cluster view adds the rest.
-    assert set(data) == {"queues", "pools", "workers", "tasks", "limits", "hosts"}
+    assert set(data) == {"queues", "pools", "workers", "tasks", "limits", "hosts", "paused_queues"}
     assert set(data["queues"]["email"]) == {
         "scheduled",
         "ready",
@@ -129,6 +129,7 @@ def test_stats_json_shape(workdir: Path) -> None:
         "completion_rate",
         "duration_p50_s",
         "duration_p95_s",
+        "paused",
     }
     assert data["queues"]["email"]["ready"] == 1
     assert data["queues"]["email"]["enqueue_rate"] is None  # no worker watches it

@@ -16,6 +16,7 @@ from typing import Any
 
 from .base import (
     Broker,
+    PausedQueue,
     QueueDepth,
     QueueStats,
     Recovery,
@@ -85,6 +86,7 @@ def broker_from_url(url: str) -> Broker:
 __all__ = [
     "BROKERS",
     "Broker",
+    "PausedQueue",
     "QueueDepth",
     "QueueStats",
     "Recovery",

@@ -11,8 +11,10 @@ it has.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import hashlib
 import os
+import socket
 import stat
 import tempfile
 from abc import ABC, abstractmethod
@@ -24,6 +26,7 @@ from ..codec import loads
 from ..errors import ConfigError, InvalidTransition, JobNotFound, LeaseLost
 from ..job import TERMINAL, Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobSpec, JobState
 from ..limits import Bucket, Key, Limit
+from ..names import check_name
 from ..outcomes import Buried, Outcome, Retried, Succeeded
 
 
@@ -69,6 +72,36 @@ class Stats:
 
     def to_dict(self) -> dict[str, Any]:
         return {"queues": {name: q.to_dict() for name, q in sorted(self.queues.items())}}
+
+
+@dataclass(frozen=True, slots=True)
+class PausedQueue:
+    """A queue no worker claims from until it is resumed; enqueue still works."""
+
+    queue: str
+    paused_by: str  # free text: user@host by default
+    paused_at: float  # unix seconds, by the broker's clock
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"queue": self.queue, "paused_by": self.paused_by, "paused_at": self.paused_at}
+
+
+PAUSED_BY_MAX = 200  # characters of ``by``: it is shown in tables, not a document
+
+
+def pauser(by: str | None) -> str:
+    """Who pauses a queue: ``by`` checked, or this process's user@host."""
+    if by is None:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):  # no name for this uid (a container)
+            user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+        return f"{user}@{socket.gethostname()}"[:PAUSED_BY_MAX]
+    if not isinstance(by, str) or not by.strip() or len(by) > PAUSED_BY_MAX:
+        raise ConfigError(
+            f"invalid pause 'by' {by!r}: must be text of 1-{PAUSED_BY_MAX} characters"
+        )
+    return by
 
 
 @dataclass(frozen=True, slots=True)
@@ -579,3 +612,27 @@ class Broker(ABC):
     def release_one(self, claim: Claim) -> None:
         if self.release([claim]):
             raise LeaseLost(claim.job_id, claim.token)
+
+    # ---- paused queues ----
+    def pause_queue(self, queue: str, by: str | None = None) -> bool:
+        """Stop every worker claiming from ``queue`` (within about a second; running jobs
+        finish). Any valid name may be paused, used or not. True: this call paused it;
+        False: it was paused already (the first pause, and its ``by``, stay)."""
+        return self._pause_queue(check_name("queue", queue), pauser(by))
+
+    def resume_queue(self, queue: str) -> bool:
+        """Let workers claim from ``queue`` again. False: it was not paused."""
+        return self._resume_queue(check_name("queue", queue))
+
+    @abstractmethod
+    def paused_queues(self) -> dict[str, PausedQueue]:
+        """Every paused queue, by name: who paused it and when. A tiny read: workers
+        call it about once a second."""
+
+    @abstractmethod
+    def _pause_queue(self, queue: str, by: str) -> bool:
+        """Store the pause (name and ``by`` checked) and wake the workers."""
+
+    @abstractmethod
+    def _resume_queue(self, queue: str) -> bool:
+        """Remove the pause (name checked) and wake the workers."""

@@ -51,6 +51,7 @@ from .base import (
     Broker,
     ClaimBatch,
     LimitFigures,
+    PausedQueue,
     QueueDepth,
     QueueStats,
     RecordBatch,
@@ -88,6 +89,7 @@ class MemoryBroker(Broker):
         self._workers: dict[str, dict[str, Any]] = {}
         self._lock = threading.RLock()
         self._subscribers = Subscribers()
+        self._paused: dict[str, PausedQueue] = {}
 
     # ---- helpers --------------------------------------------------------------
     @staticmethod
@@ -661,3 +663,22 @@ class MemoryBroker(Broker):
 
     def local_folder(self) -> str | None:
         return None  # the jobs live in this object: no other process can reach them
+
+    # ---- paused queues ----
+    def paused_queues(self) -> dict[str, PausedQueue]:
+        with self._lock:
+            return dict(sorted(self._paused.items()))
+
+    def _pause_queue(self, queue: str, by: str) -> bool:
+        with self._lock:
+            paused = queue not in self._paused
+            if paused:
+                self._paused[queue] = PausedQueue(queue, by, self._clock())
+        self._subscribers.notify_local()
+        return paused
+
+    def _resume_queue(self, queue: str) -> bool:
+        with self._lock:
+            resumed = self._paused.pop(queue, None) is not None
+        self._subscribers.notify_local()
+        return resumed

@@ -39,6 +39,7 @@ from ..outcomes import Outcome
 from . import base
 from .base import (
     Broker,
+    PausedQueue,
     QueueDepth,
     QueueStats,
     RecordBatch,
@@ -242,6 +243,16 @@ class LimitRows:
     def waiting(self, rows: Iterable[Row]) -> list[tuple[str, int, float]]:
         pick = itemgetter(*(self._waiting.at[c] for c in ("limits", "jobs", "oldest")))
         return [(text, int(jobs), float(oldest)) for text, jobs, oldest in map(pick, rows)]
+
+
+def paused_rows(query: Query, rows: Iterable[Row]) -> dict[str, PausedQueue]:
+    """The rows of ``paused_queues``, by queue."""
+    at = query.at
+    out = {}
+    for row in rows:
+        name = row[at["queue"]]
+        out[name] = PausedQueue(name, row[at["paused_by"]], float(row[at["paused_at"]]))
+    return out
 
 
 def limit_params(limit: Limit) -> dict[str, Any]:

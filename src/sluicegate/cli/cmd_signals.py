@@ -8,19 +8,41 @@ Everything here reads the registry (each worker's row and its last metrics snaps
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from ..brokers import PausedQueue, QueueStats
 from ..errors import ConfigError, JobNotFound
 from ..job import JobState
 from ..metrics import sizing
 from ..metrics.cluster import fold
 from ..units import age, ms
+from .cmd_queues import since
 from .common import broker_option, friendly_errors, open_app
 from .figures import rate, status
+
+
+def mark_paused(data: dict[str, Any], paused: Mapping[str, PausedQueue]) -> None:
+    """Each queue row says whether it is paused (a paused queue without jobs gets a row),
+    and ``paused_queues`` lists who paused which when."""
+    rows = data["queues"]
+    for name in paused:
+        if name not in rows:
+            rows[name] = QueueStats({}, 0.0).to_dict() | {
+                k: None
+                for k in ("enqueue_rate", "completion_rate", "duration_p50_s", "duration_p95_s")
+            }
+    data["queues"] = {name: rows[name] | {"paused": name in paused} for name in sorted(rows)}
+    data["paused_queues"] = [p.to_dict() for _, p in sorted(paused.items())]
+
+
+def echo_paused(paused: list[dict[str, Any]]) -> None:
+    for p in paused:
+        click.echo(f"queue {p['queue']}: paused by {p['paused_by']} since {since(p['paused_at'])}")
 
 
 @click.command()
@@ -39,6 +61,7 @@ def stats(as_json: bool, broker_url: str | None) -> None:
             row[key] = seen.get(key)
     for key in ("pools", "workers", "tasks", "limits", "hosts"):
         data[key] = view[key]
+    mark_paused(data, broker.paused_queues())
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -57,6 +80,7 @@ def stats(as_json: bool, broker_url: str | None) -> None:
                 ms(row["duration_p95_s"]),
             )
     console.print(counts)
+    echo_paused(data["paused_queues"])
     if rates.row_count:
         console.print()
         console.print(rates)

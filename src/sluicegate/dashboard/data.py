@@ -4,7 +4,7 @@ in one place.
 
 What a page may cost: ``stats()`` (unfinished jobs off their partial indexes, finished
 ones from the settled counters: never a count over the table), ``list_workers()`` (one
-row per worker, with its metrics snapshot), ``limit_figures()``, one ``get_job``, and
+row per worker, with its metrics snapshot), ``limit_figures()``, ``paused_queues()`` (a row per paused queue), one ``get_job``, and
 listings that read one index range of at most a page of rows (``list_jobs``, newest
 first). Nothing here writes except the operator actions at the bottom.
 """
@@ -14,13 +14,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..app import App
 from ..brokers import Broker, broker_from_url
-from ..brokers.base import QueueDepth, Stats, WorkerList, unknown_limit
+from ..brokers.base import PausedQueue, QueueDepth, Stats, WorkerList, unknown_limit
 from ..errors import ConfigError, InvalidTransition, SluicegateError
 from ..job import TERMINAL, Job, JobId, JobState
 from ..limit_report import needs_text, report, waiting_for
@@ -62,6 +62,7 @@ class System:
     stats: Stats
     view: dict[str, Any]  # sluicegate.metrics.cluster.fold, depths from the same read
     history: dict[str, Any]  # the last hour, one point a minute (metrics.history)
+    paused: dict[str, PausedQueue] = field(default_factory=dict)  # paused queues, by name
 
 
 def open_broker(source: App | Broker | str) -> Callable[[], Broker]:
@@ -141,7 +142,8 @@ class Source:
         stats = self.broker.stats()
         workers = self.broker.list_workers()
         view = fold(workers, depths_of(stats))
-        return System(workers.now, stats, view, self.history(workers))
+        paused = self.broker.paused_queues()  # one row per paused queue
+        return System(workers.now, stats, view, self.history(workers), paused)
 
     def history(self, workers: WorkerList) -> dict[str, Any]:
         """The cluster's last hour, a point a minute, from the workers' own snapshots (so

@@ -41,6 +41,7 @@ from .services.deaths import DeathWatch
 from .services.dispatch import Dispatcher
 from .services.leases import LeaseKeeper
 from .services.limits import LimitRegistrar
+from .services.pauses import PauseWatcher
 from .services.pruner import Pruner
 from .services.recoverer import Recoverer
 from .services.registry import PUBLISH_INTERVAL, Registry
@@ -188,13 +189,21 @@ class Worker:
         # The jobs of dead workers of this host, at once (and a restarted worker's
         # predecessor's, before its first claim); local_recovery=False leaves them to leases.
         self.deaths = DeathWatch(broker, self.worker_id, counters, backoff)
+        # Paused queues: read before the first claim, then about once a second.
+        self.pauses = PauseWatcher(
+            broker, [q for p in self.pools for q in p.spec.queues], self._pauses_changed
+        )
+        for claimer in self.claimers:
+            claimer.open_queues = self.pauses.open_queues
         # The order of a turn: collect finished jobs, shut down, register the limits
-        # (once), recover dead neighbours' jobs, claim, write, maintain, publish.
+        # (once), recover dead neighbours' jobs, read the paused queues, claim, write,
+        # maintain, publish.
         self.services += [
             self.dispatcher,
             self.shutdown,
             self.registrar,
             *([self.deaths] if local_recovery else []),
+            self.pauses,
             *self.claimers,
             self.results,
             self.leases,
@@ -210,6 +219,10 @@ class Worker:
             for p in self.pools
         )  # fmt: skip
         return WorkerInfo(self.worker_id, self.host, os.getpid(), __version__, pools)
+
+    def _pauses_changed(self) -> None:
+        for claimer in self.claimers:
+            claimer.wake()  # a resumed queue's backlog is claimable now
 
     def _tokens_freed(self) -> None:
         for claimer in self.claimers:
@@ -303,7 +316,11 @@ class Worker:
         """Burst mode: nothing running, nothing to write, nothing ready in the pools' queues."""
         if not all(service.drained() for service in self.services):
             return False
-        return not any(self.broker.has_work(p.spec.queues) for p in self.pools)
+        if self.pauses.paused is None:
+            return False  # not known yet which queues are paused
+        # A paused queue's jobs wait for its resume, not for this worker.
+        open_queues = [self.pauses.open_queues(p.spec.queues) for p in self.pools]
+        return not any(self.broker.has_work(queues) for queues in open_queues if queues)
 
     # ---- callbacks -----------------------------------------------------------------
     def _on_wakeup(self) -> None:

@@ -26,6 +26,7 @@ from ...outcomes import Failed, failed
 from ..base import (
     FORGET_WORKERS_AFTER,
     ClaimBatch,
+    PausedQueue,
     QueueDepth,
     RecordBatch,
     Recovery,
@@ -34,7 +35,7 @@ from ..base import (
     private_folder,
     worker_died_error,
 )
-from ..sqlbase import Row, SQLBroker, matched, worker_params, worker_records
+from ..sqlbase import Row, SQLBroker, matched, paused_rows, worker_params, worker_records
 from ..sqlfiles import JOB_COLUMNS, Query
 from ..wakeups import Subscribers
 from .connections import ConnectionLost, Connections, psycopg
@@ -538,6 +539,28 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         unsubscribe = self._subscribers.add(callback)
         self._listener.listening.wait(LISTEN_WAIT)
         return unsubscribe
+
+    # ---- paused queues ----
+    def paused_queues(self) -> dict[str, PausedQueue]:
+        query = self._queries["paused_queues"]
+        with self._db.single() as conn:
+            rows = conn.execute(query).fetchall()
+        return paused_rows(query, rows)
+
+    def _pause_queue(self, queue: str, by: str) -> bool:
+        """One autocommit statement: the row and the queue's NOTIFY commit together."""
+        params = {"queue": queue, "by": by, "now": self._now(), "channel": self.channel}
+        with self._db.single() as conn:
+            paused = conn.execute(self._queries["pause_queue"], params).fetchone() is not None
+        self._subscribers.notify_local()
+        return paused
+
+    def _resume_queue(self, queue: str) -> bool:
+        params = {"queue": queue, "channel": self.channel}
+        with self._db.single() as conn:
+            resumed = conn.execute(self._queries["resume_queue"], params).fetchone() is not None
+        self._subscribers.notify_local()
+        return resumed
 
 
 def _brief(outcome: Failed) -> str:

@@ -61,6 +61,7 @@ from ..sqlbase import (
     UrlOptions,
     limit_params,
     matched,
+    paused_rows,
     worker_params,
     worker_records,
 )
@@ -570,6 +571,26 @@ class SQLiteBroker(OperatorActions, SQLBroker):
     def _ring_others(self) -> None:
         """Ring every other process waiting on this database."""
         self._watcher.ring_others()
+
+    # ---- paused queues ----
+    def paused_queues(self) -> dict[str, base.PausedQueue]:
+        query = self._queries["paused_queues"]
+        with self._db.read() as conn:
+            rows = conn.execute(query).fetchall()
+        return paused_rows(query, rows)
+
+    def _pause_queue(self, queue: str, by: str) -> bool:
+        params = {"queue": queue, "by": by, "now": self._clock()}
+        with self._db.write() as conn:
+            paused = conn.execute(self._queries["pause_queue"], params).fetchone() is not None
+        self._announce()  # workers look at the paused set again at once
+        return paused
+
+    def _resume_queue(self, queue: str) -> bool:
+        with self._db.write() as conn:
+            row = conn.execute(self._queries["resume_queue"], {"queue": queue}).fetchone()
+        self._announce()  # its backlog is claimable again
+        return row is not None
 
 
 def _error_json(outcome: Failed) -> str:

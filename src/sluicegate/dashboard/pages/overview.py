@@ -49,6 +49,7 @@ def queue_rows(system: System) -> list[dict[str, Any]]:
                 "name": name,
                 **q,
                 "held": q["claimed"] + q["running"],
+                "paused": system.paused.get(name),
                 **{state.value: n for state, n in finished.items()},
             }
         )

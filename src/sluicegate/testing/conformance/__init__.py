@@ -40,7 +40,8 @@ backoff, retry against retry: thousands of jobs each), ``stats_counts`` (stats a
 listings against a count of every job, whenever finished counts settle),
 ``reference_model`` (random operations against the reference broker), ``listings``
 (filtered listings and keyset pages), ``bulk_actions`` (retry and cancel by filter) and
-``history`` (a job's entries off the happy path).
+``history`` (a job's entries off the happy path) and ``paused_queues`` (pause, resume
+and the paused set).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from . import (
     lifecycle_races,
     limits,
     listings,
+    paused_queues,
     races,
     read_wakeups,
     record_lease,
@@ -80,6 +82,7 @@ from .history import *  # noqa: F403
 from .lifecycle_races import *  # noqa: F403
 from .limits import *  # noqa: F403
 from .listings import *  # noqa: F403
+from .paused_queues import *  # noqa: F403
 from .races import *  # noqa: F403
 from .read_wakeups import *  # noqa: F403
 from .record_lease import *  # noqa: F403
@@ -107,4 +110,5 @@ __all__ = [
     *listings.__all__,
     *bulk_actions.__all__,
     *history.__all__,
+    *paused_queues.__all__,
 ]

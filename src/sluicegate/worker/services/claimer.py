@@ -4,7 +4,8 @@ Waiting work stays in the broker, where any other worker can take it. A pool
 claims again when something may have changed: a wake-up from the broker, its last
 claim coming back full (a backlog), a scheduled job coming due, or the fallback
 poll in case a wake-up was missed. Pools with weighted queues split their free
-slots by stride scheduling.
+slots by stride scheduling. Paused queues (read by the pause watcher, never by the
+claim) are left out of its claims.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ class Claimer(Service):
         self.wake_gen = 0
         self.attempted_at = time.monotonic()  # the last claim call, for the health check
         self.on_claimed: Callable[[str, int, float], None] | None = None  # pool, jobs, latency
+        # The pool's queues that are not paused (the pause watcher's open_queues); None:
+        # no pauses are looked at (a claimer used on its own).
+        self.open_queues: Callable[[tuple[str, ...]], tuple[str, ...]] | None = None
 
     def start(self) -> None:
         self.next_poll = time.monotonic() + self.poll_interval
@@ -82,7 +86,12 @@ class Claimer(Service):
         claim tried for over ``after`` s: the pool silently stopped consuming."""
         if self.halted or self.pool.free <= 0 or now - self.attempted_at <= after:
             return False
-        return any((d := depths.get(q)) is not None and d.ready > 0 for q in self.pool.spec.queues)
+        return any((d := depths.get(q)) is not None and d.ready > 0 for q in self._queues())
+
+    def _queues(self) -> tuple[str, ...]:
+        """The pool's queues it may claim from now: paused queues left out."""
+        queues = self.pool.spec.queues
+        return queues if self.open_queues is None else self.open_queues(queues)
 
     def due_in(self, now: float) -> float | None:
         if self.halted or (self.held_back is not None and self.held_back()):
@@ -113,7 +122,11 @@ class Claimer(Service):
         pool = self.pool
         if pool.free <= 0 or not pool.maybe_more:
             return None
-        queues = pool.spec.queues
+        queues = self._queues()
+        if not queues:  # all paused: idle (no polling) until a resume wakes the claimer
+            pool.maybe_more = False
+            pool.backlog = False
+            return None
         seen = self.wake_gen
         self.attempted_at = time.monotonic()  # it looked at the broker (the health check)
         try:
@@ -125,7 +138,7 @@ class Claimer(Service):
             self.limit_wait = None
             if not probe or self.broker.has_work(queues):
                 wanted = pool.free
-                claimed, trouble = self._claim(wanted)
+                claimed, trouble = self._claim(queues, wanted)
                 pool.backlog = len(claimed) == wanted and trouble is None
             for job in claimed:  # start them before any further look at the broker
                 self.dispatch(pool, job)
@@ -144,16 +157,19 @@ class Claimer(Service):
         self.backoff.ok()
         return due
 
-    def _claim(self, wanted: int) -> tuple[list[ClaimedJob], Exception | None]:
+    def _claim(
+        self, queues: tuple[str, ...], wanted: int
+    ) -> tuple[list[ClaimedJob], Exception | None]:
         """One claim order over the pool's queues, or one claim per queue by weighted share.
 
         Weighted claims commit one queue at a time: if a later queue's claim fails, the
         jobs already claimed come back with the error, so they are dispatched (and their
         leases held) instead of left to expire."""
         if self.shares is None:
-            return self._claim_from(self.pool.spec.queues, wanted), None
+            return self._claim_from(queues, wanted), None
         out: list[ClaimedJob] = []
-        empty: set[str] = set()
+        paused = set(self.pool.spec.queues) - set(queues)
+        empty: set[str] = set(paused)  # paused queues get no share ...
         try:
             while wanted > 0:
                 shares = self.shares.split(wanted, empty)
@@ -170,7 +186,7 @@ class Claimer(Service):
             if not out:
                 raise
             return out, exc
-        self.shares.no_credit_for(empty)
+        self.shares.no_credit_for(empty)  # ... and earn no credit to burst with on resume
         return out, None
 
     def _claim_from(self, queues: tuple[str, ...], wanted: int) -> list[ClaimedJob]:

@@ -1046,3 +1046,33 @@ SELECT coalesce(max(id), 0) AS id FROM {schema}.jobs;
 SELECT queue, count(*) AS jobs, max(id) AS last
 FROM (SELECT id, queue FROM {schema}.jobs WHERE id > %(after)s ORDER BY id LIMIT %(scan)s) AS a
 GROUP BY queue;
+
+-- ---- paused queues ----
+
+-- name: pause_queue
+-- columns: queue
+-- Returns the row only when this call paused it (pausing twice keeps the first pause). The
+-- queue's wake-up goes out at commit: workers look at the paused set again at once.
+WITH paused AS (
+    INSERT INTO {schema}.paused_queues (queue, paused_by, paused_at)
+    VALUES (%(queue)s, %(by)s, {now})
+    ON CONFLICT (queue) DO NOTHING
+    RETURNING queue
+), woke AS (
+    SELECT pg_notify(%(channel)s, queue) FROM paused
+)
+SELECT queue FROM paused WHERE (SELECT count(*) FROM woke) >= 0;
+
+-- name: resume_queue
+-- columns: queue
+WITH resumed AS (
+    DELETE FROM {schema}.paused_queues WHERE queue = %(queue)s RETURNING queue
+), woke AS (
+    SELECT pg_notify(%(channel)s, queue) FROM resumed
+)
+SELECT queue FROM resumed WHERE (SELECT count(*) FROM woke) >= 0;
+
+-- name: paused_queues
+-- columns: queue, paused_by, paused_at
+SELECT queue, paused_by, extract(epoch FROM paused_at)::float8 AS paused_at
+FROM {schema}.paused_queues ORDER BY queue;

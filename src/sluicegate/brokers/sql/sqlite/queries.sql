@@ -616,3 +616,20 @@ SELECT coalesce(max(id), 0) AS id FROM jobs;
 SELECT queue, count(*) AS jobs, max(id) AS last
 FROM (SELECT id, queue FROM jobs WHERE id > :after ORDER BY id LIMIT :scan)
 GROUP BY queue;
+
+-- ---- paused queues ----
+
+-- name: pause_queue
+-- columns: queue
+-- Returns the row only when this call paused it (pausing twice keeps the first pause).
+INSERT INTO paused_queues (queue, paused_by, paused_at) VALUES (:queue, :by, :now)
+ON CONFLICT (queue) DO NOTHING
+RETURNING queue;
+
+-- name: resume_queue
+-- columns: queue
+DELETE FROM paused_queues WHERE queue = :queue RETURNING queue;
+
+-- name: paused_queues
+-- columns: queue, paused_by, paused_at
+SELECT queue, paused_by, paused_at FROM paused_queues ORDER BY queue;
