@@ -661,3 +661,14 @@ class MemoryBroker(Broker):
 
     def local_folder(self) -> str | None:
         return None  # the jobs live in this object: no other process can reach them
+
+    # ---- asyncio producers ----
+    # Nothing to wait for: the jobs are in this object, behind a lock held for microseconds.
+    async def enqueue_async(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
+        return self.enqueue(specs, connection)
+
+    async def get_job_async(self, job_id: int | str) -> Job | None:
+        return self.get_job(job_id)
+
+    async def aclose(self) -> None:
+        self.close()
