@@ -52,7 +52,7 @@ from .aconnections import AsyncConnections
 from .connections import ConnectionLost, Connections, psycopg
 from .fate import UnknownFate, ids_tokens
 from .gated import Limits, rolled_back_on_error
-from .inserts import AsyncInserts, tuple_rows
+from .inserts import JOBS_SLICE, AsyncInserts, tuple_rows
 from .listener import Listener
 from .url import Settings
 
@@ -567,7 +567,8 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
     # ---- asyncio producers ----
     async def enqueue_async(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
         """``enqueue`` on the asyncio pool (or the caller's AsyncConnection, in its open
-        transaction): the same statements, the same round trips, the same errors."""
+        transaction): the same statements and errors. A bulk of more than JOBS_SLICE jobs
+        goes in one transaction of several inserts, the loop free between them."""
         if connection is not None and not isinstance(connection, psycopg.AsyncConnection):
             raise ConfigError(
                 "enqueue_async(connection=...) takes a psycopg 3 AsyncConnection with an open "
@@ -584,7 +585,7 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
                 async with self._adb.single() as conn:
                     committing = True
                     jobs = [await self._ainsert_one(conn, specs[0])]
-            elif all(s.unique_key is None for s in specs):
+            elif len(specs) <= JOBS_SLICE and all(s.unique_key is None for s in specs):
                 async with self._adb.single() as conn:
                     committing = True
                     jobs = await self._ainsert_plain(conn, list(specs), self._now(), notify=True)

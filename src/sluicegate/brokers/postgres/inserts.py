@@ -4,6 +4,7 @@ Every path stores the job's limit needs (``JobSpec.limits``, canonical JSON text
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -63,6 +64,7 @@ def key_kept_changing(spec: JobSpec) -> BrokerUnavailable:
     )
 
 
+JOBS_SLICE = 100  # rows made into Jobs between two yields to the loop (enqueue_async)
 UNIQUE_TRIES = 5  # the holder of the key can finish between our insert and our read
 
 
@@ -149,11 +151,22 @@ class AsyncInserts(Inserts):
     async def _ainsert_plain(
         self, conn: Any, specs: list[JobSpec], now: float | None, notify: bool = False
     ) -> list[Job]:
+        """The batched insert, JOBS_SLICE rows per statement with a yield to the loop
+        between them: adapting, reading and decoding a thousand rows at once would hold the
+        loop for milliseconds. More than one slice needs the caller's transaction (a
+        statement of its own commits alone)."""
+        assert not (notify and len(specs) > JOBS_SLICE), "one slice per autocommit statement"
         query = self._queries["insert_jobs"]
-        async with tuple_rows(conn) as cur:
-            await cur.execute(query, plain_params(specs, now, self.channel, notify))
-            rows = await cur.fetchall()
-        return self._plain_jobs(rows)
+        jobs: list[Job] = []
+        for start in range(0, len(specs), JOBS_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            params = plain_params(specs[start : start + JOBS_SLICE], now, self.channel, notify)
+            async with tuple_rows(conn) as cur:
+                await cur.execute(query, params)
+                rows = await cur.fetchall()
+            jobs.extend(self._plain_jobs(rows))
+        return jobs
 
     async def _ainsert_one(self, conn: Any, spec: JobSpec) -> Job:
         params = {**spec_params(spec), "now": self._now(), "channel": self.channel}
