@@ -2,8 +2,9 @@
 
 Per broker and way, the median of a few rounds, in jobs per second: ``task.enqueue`` in
 a loop against ``await task.enqueue_async`` in a loop (one producer waiting for each
-job), ``asyncio.gather`` of many ``enqueue_async`` (concurrent producers in one loop:
-PostgreSQL runs them on its asyncio pool, SQLite on the broker's two threads), and
+job), ``asyncio.gather`` of ``enqueue_async`` calls, 16 in flight (concurrent producers in
+one loop: PostgreSQL runs them on its asyncio pool, ``pool_max`` connections, SQLite
+on the broker's two threads), and
 ``enqueue_many`` against ``enqueue_many_async`` (one transaction). The machine's load
 is printed before and after. Prints figures; asserts nothing.
 
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from pgscratch import scratch_schema, server_info
 from sluicegate import App
 
+IN_FLIGHT = 16
 WAYS = ("one by one", "concurrent (gather)", "bulk (one call)")
 
 
@@ -64,7 +66,15 @@ async def async_rounds(app: App, jobs: int) -> dict[str, float]:
             await work.enqueue_async(i, note="x" * 50)
 
     async def together() -> None:
-        await asyncio.gather(*(work.enqueue_async(i, note="x" * 50) for i in range(jobs)))
+        # At most IN_FLIGHT at once: calls past the pool's connections wait for one, and
+        # that wait counts against call_timeout, as for sync callers in many threads.
+        gate = asyncio.Semaphore(IN_FLIGHT)
+
+        async def one(i: int) -> None:
+            async with gate:
+                await work.enqueue_async(i, note="x" * 50)
+
+        await asyncio.gather(*(one(i) for i in range(jobs)))
 
     async def bulk() -> None:
         await work.enqueue_many_async([(i,) for i in range(jobs)])

@@ -4,8 +4,10 @@ on the loop's own thread, without a hop to a worker thread.
 
 It keeps the sync side's rules (``connections``): the same connect keyword arguments
 (connect timeout, TCP settings), the same server-side bounds (``statement_timeout``,
-``idle_in_transaction_session_timeout``) and the same call bound, enforced here by
-``asyncio.timeout`` rather than the watchdog thread; a pooled connection found dead at
+``idle_in_transaction_session_timeout``) and the same call bound, enforced by the same watchdog (it shuts the socket down at the
+deadline, which wakes the awaiting call with a connection error; cancelling the await
+instead would make psycopg try to cancel the query on the server, over the very path
+that stopped answering, and wait for that); a pooled connection found dead at
 checkout is replaced before anything is sent on it; errors become the same
 ``BrokerUnavailable``, ``ConnectionLost`` or ``ConfigError``.
 
@@ -34,7 +36,7 @@ from .connections import (
     psycopg,
     psycopg_pool,
 )
-from .deadlines import found_dead, session_settings
+from .deadlines import WATCHDOG, found_dead, session_settings
 
 OPEN_TIMEOUT = 10.0  # s: the first connection, as the sync pool waits for its own
 CLOSE_WAIT = 10.0  # s: the most a sync close waits for the pool's loop to close it
@@ -131,16 +133,19 @@ class AsyncConnections:
             bound = self._sync.call_timeout
             if self._tuned.get(id(conn)) == bound:
                 return conn
+            ticket = WATCHDOG.watch(conn, deadline)
             try:
-                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                    await conn.execute(session_settings(bound))
+                await conn.execute(session_settings(bound))
                 self._tuned[id(conn)] = bound
                 return conn
-            except Exception as exc:
-                if not conn.broken and not isinstance(exc, TimeoutError):
+            except psycopg.OperationalError as exc:
+                fired = WATCHDOG.release(ticket)
+                if not (fired or conn.broken):
                     await pool.putconn(conn)
                     raise self._sync.unavailable(exc) from None
                 await self._drop(pool, conn)
+            finally:
+                WATCHDOG.release(ticket)
 
     async def _drop(self, pool: Any, conn: Any) -> None:
         self._tuned.pop(id(conn), None)
@@ -150,21 +155,22 @@ class AsyncConnections:
     @contextlib.asynccontextmanager
     async def single(self) -> AsyncIterator[Any]:
         """A pooled autocommit connection; the whole call, checkout included, ends by its
-        deadline. A call cut at its deadline, or cancelled, leaves its connection in an
+        deadline. A call that failed or was cancelled midway leaves its connection in an
         unknown state: it is closed, never handed to the next caller."""
         pool = await self.pool()
         deadline = time.monotonic() + self._sync.call_timeout
         conn = await self._checkout(pool, deadline)
-        idle = False
+        ticket = WATCHDOG.watch(conn, deadline)
+        fired, idle = False, False
         try:
             try:
-                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                try:
                     yield conn
-                idle = True
-            except TimeoutError:
-                raise self._sync.failed(TimeoutError(), conn, fired=True) from None
+                    idle = True
+                finally:
+                    fired = WATCHDOG.release(ticket)
             except psycopg.OperationalError as exc:
-                raise self._sync.failed(exc, conn, fired=False) from None
+                raise self._sync.failed(exc, conn, fired) from None
             except psycopg.errors.InsufficientPrivilege as exc:
                 raise self._sync.privilege(exc) from None
         finally:
