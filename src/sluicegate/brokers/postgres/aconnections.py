@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -52,7 +53,7 @@ class AsyncConnections:
         self._pool: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening: asyncio.Task[Any] | None = None
-        self._tuned: dict[int, float] = {}  # id(conn) -> the bound its session has
+        self._tuned: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         self._closing: set[asyncio.Task[Any]] = set()  # closes scheduled from inside the loop
 
     # ---- the pool, bound to one loop ---------------------------------------------------
@@ -110,7 +111,7 @@ class AsyncConnections:
         await conn.execute(
             "SET plan_cache_mode = force_generic_plan; SET jit = off; " + session_settings(bound)
         )
-        self._tuned[id(conn)] = bound
+        self._tuned[conn] = bound
 
     # ---- calls ------------------------------------------------------------------------
     async def _checkout(self, pool: Any, deadline: float) -> Any:
@@ -131,12 +132,12 @@ class AsyncConnections:
                 await self._drop(pool, conn)
                 continue
             bound = self._sync.call_timeout
-            if self._tuned.get(id(conn)) == bound:
+            if self._tuned.get(conn) == bound:
                 return conn
             ticket = WATCHDOG.watch(conn, deadline)
             try:
                 await conn.execute(session_settings(bound))
-                self._tuned[id(conn)] = bound
+                self._tuned[conn] = bound
                 return conn
             except psycopg.OperationalError as exc:
                 fired = WATCHDOG.release(ticket)
@@ -148,7 +149,7 @@ class AsyncConnections:
                 WATCHDOG.release(ticket)
 
     async def _drop(self, pool: Any, conn: Any) -> None:
-        self._tuned.pop(id(conn), None)
+        self._tuned.pop(conn, None)
         await conn.close()
         await pool.putconn(conn)
 
@@ -175,7 +176,7 @@ class AsyncConnections:
                 raise self._sync.privilege(exc) from None
         finally:
             if not idle and not conn.closed and _busy(conn):
-                self._tuned.pop(id(conn), None)
+                self._tuned.pop(conn, None)
                 await conn.close()
             await pool.putconn(conn)
 
