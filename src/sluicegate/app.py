@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -34,6 +35,15 @@ R = TypeVar("R")
 DEFAULT_BROKER = "sqlite:///sluicegate.db"
 DEFAULT_OPTIONS = TaskOptions()  # of a task this app does not register
 BROKER_ENV = "SLUICEGATE_BROKER"
+
+
+SPEC_SLICE = 100  # enqueue_many_async yields to the loop after building this many specs
+
+
+def found(job: Job | None, job_id: int | str) -> Job:
+    if job is None:
+        raise JobNotFound(f"job {job_id} not found")
+    return job
 
 
 def default_broker_url() -> str:
@@ -354,10 +364,7 @@ class App:
         """A fresh read of one job from the broker. The id may be its decimal text (from a
         URL, say); JobNotFound if there is no such job (InvalidJobId, a subclass, if the
         text is not an integer's)."""
-        job = self.broker.get_job(job_id)
-        if job is None:
-            raise JobNotFound(f"job {job_id} not found")
-        return job
+        return found(self.broker.get_job(job_id), job_id)
 
     # ---- paused queues ----
     def pause_queue(self, name: str, by: str | None = None) -> bool:
@@ -372,3 +379,67 @@ class App:
     def paused_queues(self) -> dict[str, PausedQueue]:
         """Every paused queue, by name: who paused it (``paused_by``) and when."""
         return self.broker.paused_queues()
+
+    # ---- asyncio producers ----------------------------------------------------------
+    # The same checks, encoding and JobSpecs as the sync calls (``_spec``); only the
+    # broker's I/O is awaited (``Broker.enqueue_async``). What can block happens once, in
+    # a thread: reading the settings file and opening the broker (a migration, a connect).
+    async def enqueue_async(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Unpack[EnqueueOptionsDict],
+    ) -> Job:
+        """``enqueue``, awaited: same options, checks and errors. ``connection``
+        (postgresql broker): a psycopg AsyncConnection with an open transaction."""
+        return await self._enqueue_async(name, args, kwargs, EnqueueOptions.of(name, options))
+
+    async def enqueue_many_async(
+        self, calls: Iterable[tuple[str, Sequence[Any], Mapping[str, Any]]], connection: Any = None
+    ) -> list[Job]:
+        """``enqueue_many``, awaited: one transaction, all or nothing. Specs are built in
+        slices with a yield to the loop between them, so a large batch never holds it."""
+        broker = await self._ready_async()
+        specs: list[JobSpec] = []
+        for name, args, kwargs in calls:
+            specs.append(self._spec(name, args, kwargs, NO_OPTIONS))
+            if len(specs) % SPEC_SLICE == 0:
+                await asyncio.sleep(0)
+        return await broker.enqueue_async(specs, connection=connection)
+
+    async def get_job_async(self, job_id: int | str) -> Job:
+        """``get_job``, awaited: a fresh read; JobNotFound (or InvalidJobId) likewise."""
+        broker = await self._ready_async()
+        return found(await broker.get_job_async(job_id), job_id)
+
+    async def aclose(self) -> None:
+        """``close`` from an event loop: closes the broker, and the asyncio connections its
+        async calls opened in this loop (``close`` closes those too when it can reach their
+        loop; call this before the loop ends)."""
+        with self._lock:
+            broker, self._broker = self._broker, None
+        if broker is not None:
+            await broker.aclose()
+
+    async def _enqueue_async(
+        self,
+        name: str,
+        args: Sequence[Any] | None,
+        kwargs: Mapping[str, Any] | None,
+        options: EnqueueOptions,
+    ) -> Job:
+        broker = await self._ready_async()
+        spec = self._spec(name, args, kwargs, options)
+        return (await broker.enqueue_async([spec], connection=options.connection))[0]
+
+    async def _ready_async(self) -> Broker:
+        """The broker, with the settings applied; the first call does both in a thread."""
+        broker = self._broker
+        if broker is not None and self._settings is not None:
+            return broker
+        return await asyncio.to_thread(self._ready)
+
+    def _ready(self) -> Broker:
+        self.configure()
+        return self.broker

@@ -294,6 +294,19 @@ class Task(Generic[P, R]):
         """Enqueue one job per argument list, all in one transaction (bulk enqueue)."""
         return self.app.enqueue_many(((self.name, list(args), {}) for args in calls), connection)
 
+    # ---- asyncio producers ----
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """``enqueue``, awaited (``await send_reset.enqueue_async(42)``)."""
+        return await self.app._enqueue_async(self.name, list(args), dict(kwargs), NO_OPTIONS)
+
+    async def enqueue_many_async(
+        self, calls: Iterable[Sequence[Any]], connection: Any = None
+    ) -> list[Job]:
+        """``enqueue_many``, awaited: one transaction."""
+        return await self.app.enqueue_many_async(
+            ((self.name, list(args), {}) for args in calls), connection
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class BoundTask(Generic[P, R]):
@@ -304,6 +317,11 @@ class BoundTask(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         return self.task.app._enqueue(self.task.name, list(args), dict(kwargs), self.options)
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> Job:  # asyncio producers
+        return await self.task.app._enqueue_async(
+            self.task.name, list(args), dict(kwargs), self.options
+        )
 
     def with_options(self, **options: Unpack[EnqueueOptionsDict]) -> BoundTask[P, R]:
         return BoundTask(self.task, EnqueueOptions.of(self.task.name, options, self.options))

@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 OUTSIDE_MODULE = """
 import pytest
 

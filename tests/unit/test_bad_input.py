@@ -9,10 +9,11 @@ suite (sluicegate.testing.conformance.edge_values).
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,20 +52,21 @@ def assert_nothing_stored(app: App) -> None:
 
 
 # ---- arguments ----------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("args", "kwargs", "named"),
-    [
-        ([math.nan], {}, "argument 0 (Out of range float values are not JSON compliant)"),
-        ([1, [math.inf]], {}, "argument 1 (Out of range float values are not JSON compliant)"),
-        ([], {"x": -math.inf}, "keyword argument 'x' (Out of range float values"),
-        (["ok", "lone \ud800 surrogate"], {}, "argument 1 (a string holds a lone surrogate"),
-        ([{"k\udfff": 1}], {}, "argument 0 (a string holds a lone surrogate"),
-        ([], {"k\udc00": 1}, "keyword argument 'k\\udc00' (a string holds a lone surrogate"),
-        ([], {"v": ["\udfff"]}, "keyword argument 'v' (a string holds a lone surrogate"),
-        ([nested(10_000)], {}, f"argument 0 ({TOO_DEEP})"),
-        ([], {"deep": nested(10_000)}, f"keyword argument 'deep' ({TOO_DEEP})"),
-    ],
-)
+# (args, kwargs, what the error names): refused alike by every enqueue call, sync or async
+ARGUMENT_CASES: list[tuple[list[Any], dict[str, Any], str]] = [
+    ([math.nan], {}, "argument 0 (Out of range float values are not JSON compliant)"),
+    ([1, [math.inf]], {}, "argument 1 (Out of range float values are not JSON compliant)"),
+    ([], {"x": -math.inf}, "keyword argument 'x' (Out of range float values"),
+    (["ok", "lone \ud800 surrogate"], {}, "argument 1 (a string holds a lone surrogate"),
+    ([{"k\udfff": 1}], {}, "argument 0 (a string holds a lone surrogate"),
+    ([], {"k\udc00": 1}, "keyword argument 'k\\udc00' (a string holds a lone surrogate"),
+    ([], {"v": ["\udfff"]}, "keyword argument 'v' (a string holds a lone surrogate"),
+    ([nested(10_000)], {}, f"argument 0 ({TOO_DEEP})"),
+    ([], {"deep": nested(10_000)}, f"keyword argument 'deep' ({TOO_DEEP})"),
+]
+
+
+@pytest.mark.parametrize(("args", "kwargs", "named"), ARGUMENT_CASES)
 def test_arguments_no_broker_can_store_are_refused_by_name(
     app: App, args: list[Any], kwargs: dict[str, Any], named: str
 ) -> None:
@@ -88,28 +90,29 @@ def test_nul_characters_and_deep_nesting_within_the_limit_round_trip(app: App) -
 
 
 # ---- options -----------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("options", "problem"),
-    [
-        ({"delay": math.nan}, "delay must be a finite number of seconds, not nan"),
-        ({"delay": math.inf}, "delay must be a finite number of seconds, not inf"),
-        ({"delay": -math.inf}, "delay must be a finite number of seconds, not -inf"),
-        ({"delay": 1e300}, "delay must be at most 3.15576e+09 s (a century), not 1e+300"),
-        ({"delay": dt.timedelta(days=10**6)}, "delay must be at most"),
-        ({"run_at": math.nan}, "run_at must be a finite number of seconds, not nan"),
-        ({"run_at": 1e15}, "run_at must be epoch seconds of the years 1 to 9999"),
-        ({"run_at": -1e15}, "run_at must be epoch seconds of the years 1 to 9999"),
-        ({"priority": 2**31}, "priority 2147483648 is out of range"),
-        ({"priority": -(2**31) - 1}, "priority -2147483649 is out of range"),
-        ({"priority": 10**100}, "is out of range (-2147483648, 2147483647)"),
-        ({"priority": 1.5}, "priority must be an integer, not 1.5"),
-        ({"max_attempts": 2**31}, "max_attempts must be at most 2147483647, not 2147483648"),
-        ({"max_attempts": 0}, "max_attempts must be an integer >= 1, not 0"),
-        ({"unique_key": "a\x00b"}, "unique_key 'a\\x00b' contains a NUL character"),
-        ({"unique_key": "a\ud800"}, "unique_key 'a\\ud800' contains a lone surrogate"),
-        ({"unique_key": ""}, "unique_key must be a non-empty string, not ''"),
-    ],
-)
+# (options, the problem named): refused alike by every enqueue call, sync or async
+OPTION_CASES: list[tuple[dict[str, Any], str]] = [
+    ({"delay": math.nan}, "delay must be a finite number of seconds, not nan"),
+    ({"delay": math.inf}, "delay must be a finite number of seconds, not inf"),
+    ({"delay": -math.inf}, "delay must be a finite number of seconds, not -inf"),
+    ({"delay": 1e300}, "delay must be at most 3.15576e+09 s (a century), not 1e+300"),
+    ({"delay": dt.timedelta(days=10**6)}, "delay must be at most"),
+    ({"run_at": math.nan}, "run_at must be a finite number of seconds, not nan"),
+    ({"run_at": 1e15}, "run_at must be epoch seconds of the years 1 to 9999"),
+    ({"run_at": -1e15}, "run_at must be epoch seconds of the years 1 to 9999"),
+    ({"priority": 2**31}, "priority 2147483648 is out of range"),
+    ({"priority": -(2**31) - 1}, "priority -2147483649 is out of range"),
+    ({"priority": 10**100}, "is out of range (-2147483648, 2147483647)"),
+    ({"priority": 1.5}, "priority must be an integer, not 1.5"),
+    ({"max_attempts": 2**31}, "max_attempts must be at most 2147483647, not 2147483648"),
+    ({"max_attempts": 0}, "max_attempts must be an integer >= 1, not 0"),
+    ({"unique_key": "a\x00b"}, "unique_key 'a\\x00b' contains a NUL character"),
+    ({"unique_key": "a\ud800"}, "unique_key 'a\\ud800' contains a lone surrogate"),
+    ({"unique_key": ""}, "unique_key must be a non-empty string, not ''"),
+]
+
+
+@pytest.mark.parametrize(("options", "problem"), OPTION_CASES)
 def test_options_no_broker_can_store_are_refused(
     app: App, options: dict[str, Any], problem: str
 ) -> None:
@@ -179,6 +182,65 @@ def test_job_ids_of_the_wrong_type_get_one_answer_on_every_broker(app: App) -> N
     with pytest.raises(InvalidJobId):
         app.broker.retry(None)  # type: ignore[arg-type]
     assert app.get_job(job.id).state is JobState.READY  # nothing changed
+
+
+# ---- the asyncio producer calls: the same refusals ----------------------------------------
+def run_async(app: App, body: Callable[[], Awaitable[None]]) -> None:
+    """``body()`` in a fresh loop; what the app's async calls opened in it is closed in it."""
+
+    async def main() -> None:
+        try:
+            await body()
+            assert_nothing_stored(app)
+        finally:
+            await app.aclose()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(("args", "kwargs", "named"), ARGUMENT_CASES)
+def test_async_enqueue_refuses_the_same_arguments(
+    app: App, args: list[Any], kwargs: dict[str, Any], named: str
+) -> None:
+    async def body() -> None:
+        with pytest.raises(SerializationError, match=r"^task 't': ") as info:
+            await app.enqueue_async("t", args=args, kwargs=kwargs)
+        assert named in str(info.value)
+        with pytest.raises(SerializationError):
+            await app.tasks["t"].enqueue_async(*args, **kwargs)
+        with pytest.raises(SerializationError):
+            await app.tasks["t"].enqueue_many_async([("fine",), *[(a,) for a in args or [kwargs]]])
+        assert await app.broker.enqueue_async([]) == []
+
+    run_async(app, body)
+
+
+@pytest.mark.parametrize(("options", "problem"), OPTION_CASES)
+def test_async_enqueue_refuses_the_same_options(
+    app: App, options: dict[str, Any], problem: str
+) -> None:
+    async def body() -> None:
+        with pytest.raises(ConfigError) as info:
+            await app.enqueue_async("t", **options)
+        assert problem in str(info.value)
+
+    run_async(app, body)
+
+
+def test_async_calls_refuse_unknown_options_tasks_and_ids_alike(app: App) -> None:
+    async def body() -> None:
+        with pytest.raises(ConfigError, match="unknown option 'dealy'"):
+            await app.enqueue_async("t", dealy=5)  # type: ignore[call-arg]
+        with pytest.raises(ConfigError, match="task name"):
+            await app.enqueue_async("")
+        with pytest.raises(ConfigError, match="partitioned by 'account'"):
+            await app.enqueue_async("for_account")
+        with pytest.raises(InvalidJobId, match=r"^no job has id .*: a job id is an integer"):
+            await app.get_job_async("abc")
+        with pytest.raises(JobNotFound, match=r"^job 1000000 not found$"):
+            await app.get_job_async(10**6)
+
+    run_async(app, body)
 
 
 # ---- nesting: what a producer could encode, a worker decodes ------------------------------

@@ -10,6 +10,7 @@ it has.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import getpass
 import hashlib
@@ -636,3 +637,20 @@ class Broker(ABC):
     @abstractmethod
     def _resume_queue(self, queue: str) -> bool:
         """Remove the pause (name checked) and wake the workers."""
+
+    # ---- asyncio producers ----
+    # Producers in an event loop (``app.enqueue_async``). Never block the loop: these
+    # defaults run the sync call in a worker thread; a broker with asyncio I/O of its own
+    # (postgresql) or none at all (memory) overrides them.
+    async def enqueue_async(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
+        """``enqueue``, awaited: the same storage, semantics and errors. With ``connection``
+        (brokers that support transactions), the caller's asyncio connection."""
+        return await asyncio.to_thread(self.enqueue, specs, connection)
+
+    async def get_job_async(self, job_id: int | str) -> Job | None:
+        """``get_job``, awaited."""
+        return await asyncio.to_thread(self.get_job, job_id)
+
+    async def aclose(self) -> None:
+        """``close`` from an event loop: also closes what the asyncio calls opened in it."""
+        await asyncio.to_thread(self.close)

@@ -682,3 +682,14 @@ class MemoryBroker(Broker):
             resumed = self._paused.pop(queue, None) is not None
         self._subscribers.notify_local()
         return resumed
+
+    # ---- asyncio producers ----
+    # Nothing to wait for: the jobs are in this object, behind a lock held for microseconds.
+    async def enqueue_async(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
+        return self.enqueue(specs, connection)
+
+    async def get_job_async(self, job_id: int | str) -> Job | None:
+        return self.get_job(job_id)
+
+    async def aclose(self) -> None:
+        self.close()

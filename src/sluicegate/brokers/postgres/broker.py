@@ -13,6 +13,7 @@ of their own so that a long task never starves claims and heartbeats.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import secrets
 from collections.abc import Callable, Iterator, Sequence
@@ -20,7 +21,17 @@ from typing import Any
 
 from ...codec import dumps
 from ...errors import BrokerUnavailable, ConfigError, EnqueueFateUnknown, LeaseLost
-from ...job import HELD, Claim, Job, JobId, JobSpec, JobState, history_error, in_claim_order
+from ...job import (
+    HELD,
+    Claim,
+    Job,
+    JobId,
+    JobSpec,
+    JobState,
+    history_error,
+    in_claim_order,
+    job_id_of,
+)
 from ...limits import local_host
 from ...outcomes import Failed, failed
 from ..base import (
@@ -38,10 +49,11 @@ from ..base import (
 from ..sqlbase import Row, SQLBroker, matched, paused_rows, worker_params, worker_records
 from ..sqlfiles import JOB_COLUMNS, Query
 from ..wakeups import Subscribers
+from .aconnections import AsyncConnections
 from .connections import ConnectionLost, Connections, psycopg
 from .fate import UnknownFate, ids_tokens
 from .gated import Limits, rolled_back_on_error
-from .inserts import Inserts, tuple_rows
+from .inserts import JOBS_SLICE, AsyncInserts, tuple_rows
 from .listener import Listener
 from .url import Settings
 
@@ -88,7 +100,15 @@ def fate_unknown(exc: Exception, specs: Sequence[JobSpec]) -> EnqueueFateUnknown
     )
 
 
-class PostgresBroker(Inserts, Limits, SQLBroker):
+def lost_enqueue(exc: ConnectionLost, committing: bool, specs: Sequence[JobSpec]) -> Exception:
+    """An enqueue whose connection was lost: before its commit went out, nothing was stored
+    (BrokerUnavailable); after, its fate is unknown (EnqueueFateUnknown)."""
+    if not committing:  # lost inside the transaction, before its COMMIT: rolled back
+        return BrokerUnavailable(f"{exc} (nothing was stored)")
+    return fate_unknown(exc, specs)
+
+
+class PostgresBroker(AsyncInserts, Limits, SQLBroker):
     dialect = "postgresql"
     unique_violation = (psycopg.errors.UniqueViolation,) if psycopg is not None else ()
     supports_transactions = True
@@ -111,6 +131,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         self._fate = UnknownFate(self._queries["own_writes"])
         self._init_limits()
         self._db = Connections(settings)
+        self._adb = AsyncConnections(self._db)  # opened by the first asyncio call
         try:
             if settings.migrate:
                 self.migrate()
@@ -132,6 +153,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
     def close(self) -> None:
         self._subscribers.stop()
         self._listener.close()
+        self._adb.close()
         self._db.close()
 
     # ---- migrations ---------------------------------------------------------------------
@@ -172,6 +194,11 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
             raise ConfigError(
                 "enqueue(connection=...) takes a psycopg 3 Connection with an open "
                 f"transaction, not {type(connection).__name__}"
+                + (
+                    " (use enqueue_async)"
+                    if isinstance(connection, psycopg.AsyncConnection)
+                    else ""
+                )
             )
         if not specs:
             return []
@@ -194,9 +221,7 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
                     jobs = self._insert(conn, specs)
                     committing = True  # the COMMIT goes out as the block ends
         except ConnectionLost as exc:
-            if not committing:  # lost inside the transaction, before its COMMIT: rolled back
-                raise BrokerUnavailable(f"{exc} (nothing was stored)") from None
-            raise fate_unknown(exc, specs) from None
+            raise lost_enqueue(exc, committing, specs) from None
         self._subscribers.notify_local()
         return jobs
 
@@ -561,6 +586,53 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
             resumed = conn.execute(self._queries["resume_queue"], params).fetchone() is not None
         self._subscribers.notify_local()
         return resumed
+
+    # ---- asyncio producers ----
+    async def enqueue_async(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
+        """``enqueue`` on the asyncio pool (or the caller's AsyncConnection, in its open
+        transaction): the same statements and errors. A bulk of more than JOBS_SLICE jobs
+        goes in one transaction of several inserts, the loop free between them."""
+        if connection is not None and not isinstance(connection, psycopg.AsyncConnection):
+            raise ConfigError(
+                "enqueue_async(connection=...) takes a psycopg 3 AsyncConnection with an open "
+                f"transaction, not {type(connection).__name__}"
+                + (" (use enqueue)" if isinstance(connection, psycopg.Connection) else "")
+            )
+        if not specs:
+            return []
+        if connection is not None:
+            return await self._ainsert(connection, specs)
+        committing = False
+        try:
+            if len(specs) == 1 and specs[0].unique_key is None:
+                async with self._adb.single() as conn:
+                    committing = True
+                    jobs = [await self._ainsert_one(conn, specs[0])]
+            elif len(specs) <= JOBS_SLICE and all(s.unique_key is None for s in specs):
+                async with self._adb.single() as conn:
+                    committing = True
+                    jobs = await self._ainsert_plain(conn, list(specs), self._now(), notify=True)
+            else:
+                async with self._adb.transaction() as conn:
+                    jobs = await self._ainsert(conn, specs)
+                    committing = True
+        except ConnectionLost as exc:
+            raise lost_enqueue(exc, committing, specs) from None
+        self._subscribers.notify_local()
+        return jobs
+
+    async def get_job_async(self, job_id: int | str) -> Job | None:
+        job_id = job_id_of(job_id)
+        if not self._may_exist(job_id):
+            return None
+        async with self._adb.single() as conn:
+            cur = await conn.execute(self._queries["get_job"], {"id": job_id})
+            row = await cur.fetchone()
+        return self._jobs["get_job"].job(row) if row else None
+
+    async def aclose(self) -> None:
+        await self._adb.aclose()
+        await asyncio.to_thread(self.close)
 
 
 def _brief(outcome: Failed) -> str:

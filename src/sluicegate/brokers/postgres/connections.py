@@ -62,6 +62,7 @@ __all__ = [
     "Connections",
     "QuietPoolTrouble",
     "psycopg",
+    "psycopg_pool",
     "quiet_pool_logs",
 ]
 
@@ -261,12 +262,25 @@ class Connections:
         except psycopg.OperationalError as exc:
             raise self._failed(exc, conn, fired) from None
         except psycopg.errors.InsufficientPrivilege as exc:
-            raise ConfigError(
-                f"PostgreSQL role lacks a privilege on schema {self.settings.schema!r}: "
-                f"{str(exc).strip()} (see docs/postgresql.md, roles and privileges)"
-            ) from None
+            raise self.privilege(exc) from None
         finally:
             self._pool.putconn(conn)
+
+    def privilege(self, exc: Exception) -> ConfigError:
+        return ConfigError(
+            f"PostgreSQL role lacks a privilege on schema {self.settings.schema!r}: "
+            f"{str(exc).strip()} (see docs/postgresql.md, roles and privileges)"
+        )
+
+    @property
+    def connect_kwargs(self) -> dict[str, Any]:
+        """libpq's connect arguments, the dict itself (``expect_lease`` updates it)."""
+        return self._connect_kwargs
+
+    def failed(self, exc: Exception, conn: Any, fired: bool) -> BrokerUnavailable:
+        """``_failed`` for the asyncio side (``aconnections``), whose connections it reads
+        the same way."""
+        return self._failed(exc, conn, fired)
 
     def _failed(self, exc: Exception, conn: Any, fired: bool) -> BrokerUnavailable:
         """The error of a call that failed on its connection. Lost (broken or cut): what

@@ -4,6 +4,7 @@ Every path stores the job's limit needs (``JobSpec.limits``, canonical JSON text
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,6 +37,37 @@ def spec_params(spec: JobSpec) -> dict[str, Any]:
     }
 
 
+def plain_params(
+    specs: Sequence[JobSpec], now: float | None, channel: str, notify: bool
+) -> dict[str, Any]:
+    """The batched insert's parameters: one array per column."""
+    return {
+        "queue": [s.queue for s in specs],
+        "task": [s.task for s in specs],
+        "args": [s.args_json for s in specs],
+        "kwargs": [s.kwargs_json for s in specs],
+        "priority": [s.priority for s in specs],
+        "max_attempts": [s.max_attempts for s in specs],
+        # floats throughout: psycopg refuses a list that mixes ints and floats
+        "delay": [float(s.delay) for s in specs],
+        "run_at": [None if s.run_at is None else float(s.run_at) for s in specs],
+        "limits": [s.limits for s in specs],
+        "now": now,
+        "channel": channel,
+        "queues": sorted({s.queue for s in specs}) if notify else [],
+    }
+
+
+def key_kept_changing(spec: JobSpec) -> BrokerUnavailable:
+    return BrokerUnavailable(
+        f"unique key {spec.unique_key!r} kept changing hands during enqueue; try again"
+    )
+
+
+JOBS_SLICE = 100  # rows made into Jobs between two yields to the loop (enqueue_async)
+UNIQUE_TRIES = 5  # the holder of the key can finish between our insert and our read
+
+
 class Inserts:
     """The insert half of PostgresBroker (whose enqueue picks one of these)."""
 
@@ -62,23 +94,13 @@ class Inserts:
         self, conn: Any, specs: list[JobSpec], now: float | None, notify: bool = False
     ) -> list[Job]:
         query = self._queries["insert_jobs"]
-        params = {
-            "queue": [s.queue for s in specs],
-            "task": [s.task for s in specs],
-            "args": [s.args_json for s in specs],
-            "kwargs": [s.kwargs_json for s in specs],
-            "priority": [s.priority for s in specs],
-            "max_attempts": [s.max_attempts for s in specs],
-            # floats throughout: psycopg refuses a list that mixes ints and floats
-            "delay": [float(s.delay) for s in specs],
-            "run_at": [None if s.run_at is None else float(s.run_at) for s in specs],
-            "limits": [s.limits for s in specs],
-            "now": now,
-            "channel": self.channel,
-            "queues": sorted({s.queue for s in specs}) if notify else [],
-        }
+        params = plain_params(specs, now, self.channel, notify)
         with tuple_rows(conn) as cur:
             rows = cur.execute(query, params).fetchall()
+        return self._plain_jobs(rows)
+
+    def _plain_jobs(self, rows: list[Any]) -> list[Job]:
+        query = self._queries["insert_jobs"]
         rows.sort(key=lambda r: r[query.at["id"]])  # identities follow the statement's ORDER BY
         read = self._jobs["insert_jobs"].job
         return [read(r) for r in rows]
@@ -93,17 +115,75 @@ class Inserts:
         params = {**spec_params(spec), "unique_key": spec.unique_key, "now": now}
         # The holder of the key can finish between our insert and our read: then go again.
         with tuple_rows(conn) as cur:
-            for _ in range(5):
+            for _ in range(UNIQUE_TRIES):
                 row = cur.execute(q["insert_unique_job"], params).fetchone()
                 if row is not None:
                     return self._jobs["insert_unique_job"].job(row)
                 row = cur.execute(q["unfinished_by_unique_key"], params).fetchone()
                 if row is not None:
                     return self._jobs["unfinished_by_unique_key"].job(row)
-        raise BrokerUnavailable(
-            f"unique key {spec.unique_key!r} kept changing hands during enqueue; try again"
-        )
+        raise key_kept_changing(spec)
 
     def _notify_queues(self, conn: Any, queues: Sequence[str]) -> None:
         params = {"channel": self.channel, "queues": sorted(set(queues))}
         conn.execute(self._queries["notify"], params)
+
+
+# ---- asyncio producers ----
+class AsyncInserts(Inserts):
+    """The same inserts, with the same SQL and parameters, on a psycopg AsyncConnection
+    (``enqueue_async``): only the awaiting differs."""
+
+    async def _ainsert(self, conn: Any, specs: Sequence[JobSpec]) -> list[Job]:
+        jobs: list[Job] = []
+        now = self._now()
+        for plain, run in itertools.groupby(specs, key=lambda s: s.unique_key is None):
+            batch = list(run)
+            if plain:
+                jobs.extend(await self._ainsert_plain(conn, batch, now))
+            else:
+                for spec in batch:
+                    jobs.append(await self._ainsert_unique(conn, spec, now))
+        params = {"channel": self.channel, "queues": sorted({s.queue for s in specs})}
+        await conn.execute(self._queries["notify"], params)
+        return jobs
+
+    async def _ainsert_plain(
+        self, conn: Any, specs: list[JobSpec], now: float | None, notify: bool = False
+    ) -> list[Job]:
+        """The batched insert, JOBS_SLICE rows per statement with a yield to the loop
+        between them: adapting, reading and decoding a thousand rows at once would hold the
+        loop for milliseconds. More than one slice needs the caller's transaction (a
+        statement of its own commits alone)."""
+        assert not (notify and len(specs) > JOBS_SLICE), "one slice per autocommit statement"
+        query = self._queries["insert_jobs"]
+        jobs: list[Job] = []
+        for start in range(0, len(specs), JOBS_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            params = plain_params(specs[start : start + JOBS_SLICE], now, self.channel, notify)
+            async with tuple_rows(conn) as cur:
+                await cur.execute(query, params)
+                rows = await cur.fetchall()
+            jobs.extend(self._plain_jobs(rows))
+        return jobs
+
+    async def _ainsert_one(self, conn: Any, spec: JobSpec) -> Job:
+        params = {**spec_params(spec), "now": self._now(), "channel": self.channel}
+        cur = await conn.execute(self._queries["insert_one_notify"], params)
+        return self._jobs["insert_one_notify"].job(await cur.fetchone())
+
+    async def _ainsert_unique(self, conn: Any, spec: JobSpec, now: float | None) -> Job:
+        q = self._queries
+        params = {**spec_params(spec), "unique_key": spec.unique_key, "now": now}
+        async with tuple_rows(conn) as cur:
+            for _ in range(UNIQUE_TRIES):
+                await cur.execute(q["insert_unique_job"], params)
+                row = await cur.fetchone()
+                if row is not None:
+                    return self._jobs["insert_unique_job"].job(row)
+                await cur.execute(q["unfinished_by_unique_key"], params)
+                row = await cur.fetchone()
+                if row is not None:
+                    return self._jobs["unfinished_by_unique_key"].job(row)
+        raise key_kept_changing(spec)

@@ -6,14 +6,17 @@ subscribers and rings the doorbells of other processes (``watch``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import os
 import secrets
 import sqlite3
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from operator import itemgetter
 from typing import Any
 
@@ -71,6 +74,7 @@ from .actions import OperatorActions
 from .connections import SYNC_MODES, Connections, parse_sqlite_url
 from .watch import Watcher
 
+ASYNC_THREADS = 2  # enqueue_async's threads per broker: writes take turns on one lock anyway
 MAX_GROUPS = 1000  # groups of equal needs a claim visits per queue (see gated_groups)
 WAL_LIMIT_MB = 32.0  # default wal_limit_mb: a WAL file past it is checkpointed and truncated
 
@@ -108,6 +112,8 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         self._db.open_reader()
         self._watcher = Watcher(open_doorbell(self.path), self.poll_interval, self._db.data_version)
         self._subscribers = Subscribers(self._watcher.run, self._watcher.interrupt)
+        self._executor: ThreadPoolExecutor | None = None  # enqueue_async's, made on first use
+        self._executor_lock = threading.Lock()
 
     def _now(self) -> float:
         return self._clock()
@@ -134,6 +140,7 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         conn.execute(self._queries["create_version_table"])
 
     def close(self) -> None:
+        self._close_executor()
         self._subscribers.stop()
         self._watcher.close()
         self._db.close()
@@ -591,6 +598,36 @@ class SQLiteBroker(OperatorActions, SQLBroker):
             row = conn.execute(self._queries["resume_queue"], {"queue": queue}).fetchone()
         self._announce()  # its backlog is claimable again
         return row is not None
+
+    # ---- asyncio producers ----
+    # SQLite has no asyncio driver: every call waits on a file (and an fsync per commit), so
+    # the sync call runs on a small pool of this broker's own threads, off the event loop.
+    # The Jobs are built there too (decoding their payloads), and sqlite3 lets go of the GIL
+    # while it works, so the loop keeps running. A cancelled await does not stop a write
+    # already under way: the job may be stored, as with a sync enqueue interrupted late.
+    async def enqueue_async(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
+        if connection is not None:
+            raise ConfigError("enqueue(connection=...) needs the postgresql:// broker")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads(), self.enqueue, specs)
+
+    async def get_job_async(self, job_id: int | str) -> Job | None:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads(), self.get_job, job_id)
+
+    def _threads(self) -> ThreadPoolExecutor:
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    ASYNC_THREADS, thread_name_prefix="sluicegate-sqlite-async"
+                )
+            return self._executor
+
+    def _close_executor(self) -> None:
+        with self._executor_lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
 
 
 def _error_json(outcome: Failed) -> str:

@@ -42,11 +42,14 @@ listings against a count of every job, whenever finished counts settle),
 (filtered listings and keyset pages), ``bulk_actions`` (retry and cancel by filter) and
 ``history`` (a job's entries off the happy path) and ``paused_queues`` (pause, resume
 and the paused set).
+``history`` (a job's entries off the happy path) and ``async_producers`` (``enqueue_async``
+and ``get_job_async`` against their sync twins).
 """
 
 from __future__ import annotations
 
 from . import (
+    async_producers,
     bulk_actions,
     edge_values,
     enqueue_claim,
@@ -65,6 +68,7 @@ from . import (
     registry,
     stats_counts,
 )
+from .async_producers import *  # noqa: F403
 from .bulk_actions import *  # noqa: F403
 from .edge_values import *  # noqa: F403
 from .enqueue_claim import *  # noqa: F403
@@ -96,6 +100,7 @@ from .stats_counts import *  # noqa: F403
 __all__ = [
     *helpers.__all__,
     *enqueue_claim.__all__,
+    *async_producers.__all__,
     *record_lease.__all__,
     *recovery_actions.__all__,
     *recover_worker.__all__,
