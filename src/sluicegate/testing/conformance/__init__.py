@@ -39,8 +39,9 @@ recovering), ``lifecycle_races`` (an outcome against lease expiry, cancel agains
 backoff, retry against retry: thousands of jobs each), ``stats_counts`` (stats and
 listings against a count of every job, whenever finished counts settle),
 ``reference_model`` (random operations against the reference broker), ``listings``
-(filtered listings and keyset pages), ``bulk_actions`` (retry and cancel by filter) and
-``history`` (a job's entries off the happy path).
+(filtered listings and keyset pages), ``bulk_actions`` (retry and cancel by filter),
+``history`` (a job's entries off the happy path) and ``progress`` (a running job's
+progress, carried by heartbeats).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from . import (
     lifecycle_races,
     limits,
     listings,
+    progress,
     races,
     read_wakeups,
     record_lease,
@@ -80,6 +82,7 @@ from .history import *  # noqa: F403
 from .lifecycle_races import *  # noqa: F403
 from .limits import *  # noqa: F403
 from .listings import *  # noqa: F403
+from .progress import *  # noqa: F403
 from .races import *  # noqa: F403
 from .read_wakeups import *  # noqa: F403
 from .record_lease import *  # noqa: F403
@@ -107,4 +110,5 @@ __all__ = [
     *listings.__all__,
     *bulk_actions.__all__,
     *history.__all__,
+    *progress.__all__,
 ]
