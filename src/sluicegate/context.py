@@ -31,6 +31,8 @@ class RunningJob:
         self._sink = sink
 
     def __getattr__(self, name: str) -> Any:  # any other Job field, as claimed
+        if name in RunningJob.__slots__:  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
         return getattr(self.job, name)
 
     @property
