@@ -77,12 +77,18 @@ class ChildProgress:
         self._send_lock = send_lock  # the job's reply is sent by the main thread
         self._latest: tuple[Claim, float, str | None] | None = None
         self._changed = threading.Condition()
-        threading.Thread(target=self._send, name="sluicegate-progress", daemon=True).start()
+        self._sender: threading.Thread | None = None
 
     def report(self, claim: Claim, fraction: float, message: str | None) -> None:
         with self._changed:
             self._latest = (claim, fraction, message)
             self._changed.notify()
+            if self._sender is None:  # started on the first report: a child whose tasks
+                # never report keeps its address space (max_memory_mb) to itself
+                self._sender = threading.Thread(
+                    target=self._send, name="sluicegate-progress", daemon=True
+                )
+                self._sender.start()
 
     def forget(self) -> None:
         """The job ended: a value not yet sent is dropped (its outcome goes next)."""
