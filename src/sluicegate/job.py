@@ -7,6 +7,7 @@ This module does no I/O. Brokers ask it which states an event may start from
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 import re
 from dataclasses import dataclass, field
@@ -176,6 +177,53 @@ def appended(history: list[dict[str, Any]], entry: dict[str, Any]) -> list[dict[
     return [*history[max(0, len(history) - HISTORY_CAP + 1) :], entry]
 
 
+PROGRESS_MESSAGE = 200  # characters of a progress message kept; longer ones are cut
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a running job says it is: a fraction in [0, 1], an optional message, and
+    ``at``, when the broker stored it (its clock, within one heartbeat of the report)."""
+
+    fraction: float
+    message: str | None = None
+    at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fraction": self.fraction, "message": self.message, "at": self.at}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Progress | None:
+        """A stored progress (JSON object), or None for anything that is not one: a job is
+        never refused for what only a reader looks at."""
+        if not isinstance(data, dict):
+            return None
+        fraction, message, at = data.get("fraction"), data.get("message"), data.get("at")
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            return None
+        return cls(
+            float(fraction),
+            message if isinstance(message, str) else None,
+            float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None,
+        )
+
+
+def checked_progress(fraction: object, message: object = None) -> tuple[float, str | None]:
+    """A task's progress report, validated: ``fraction`` a finite real number in [0, 1]
+    (not a bool), ``message`` None or a str, cut to PROGRESS_MESSAGE characters (a
+    progress message is a status line, and a task in a loop should not fail over one)."""
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+        raise TypeError(f"progress fraction must be a number in [0, 1], not {fraction!r}")
+    value = float(fraction)
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"progress fraction must be a finite number in [0, 1], not {fraction!r}")
+    if message is None:
+        return value, None
+    if not isinstance(message, str):
+        raise TypeError(f"progress message must be a str or None, not {type(message).__name__}")
+    return value, message[:PROGRESS_MESSAGE].replace("\x00", "\ufffd")
+
+
 @dataclass(frozen=True)  # not slotted: from_fields below needs a __dict__
 class Job:
     """A snapshot of one job as the broker last stored it."""
@@ -200,6 +248,7 @@ class Job:
     lease_expires_at: float | None = None
     limits: tuple[tuple[str, str | None, int], ...] = ()  # (limit, partition value, cost)
     history: list[dict[str, Any]] = field(default_factory=list)  # off the happy path: Happened
+    progress: Progress | None = None  # as a running attempt last reported it (heartbeats)
 
     @classmethod
     def from_fields(cls, **fields: Any) -> Job:
@@ -242,6 +291,7 @@ class Job:
             "lease_expires_at": self.lease_expires_at,
             "limits": [{"limit": n, "partition": p, "cost": c} for n, p, c in self.limits],
             "history": self.history,
+            "progress": self.progress.to_dict() if self.progress else None,
         }
 
 

@@ -19,13 +19,24 @@ import socket
 import stat
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..codec import loads
 from ..errors import ConfigError, InvalidTransition, JobNotFound, LeaseLost
-from ..job import TERMINAL, Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobSpec, JobState
+from ..job import (
+    TERMINAL,
+    Claim,
+    ClaimedJob,
+    ErrorInfo,
+    Event,
+    Job,
+    JobId,
+    JobSpec,
+    JobState,
+    Progress,
+)
 from ..limits import Bucket, Key, Limit
 from ..names import check_name
 from ..outcomes import Buried, Outcome, Retried, Succeeded
@@ -391,8 +402,18 @@ class Broker(ABC):
         """
 
     @abstractmethod
-    def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
-        """Extend the leases of ``claims`` to now + lease; returns the claims that were lost."""
+    def heartbeat(
+        self,
+        claims: Sequence[Claim],
+        lease: float,
+        progress: Mapping[Claim, Progress] | None = None,
+    ) -> list[Claim]:
+        """Extend the leases of ``claims`` to now + lease; returns the claims that were lost.
+
+        ``progress`` (job progress, part of the heartbeat): the latest value a running
+        attempt reported for some of ``claims``, stored in the same transaction with the
+        broker's clock as its ``at``, and only where the claim still holds the job (a
+        fenced heartbeat writes no progress either). A claim not in it keeps its value."""
 
     @abstractmethod
     def release(self, claims: Sequence[Claim]) -> list[Claim]:

@@ -8,7 +8,7 @@ import itertools
 import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..codec import dumps, loads
@@ -25,6 +25,7 @@ from ..job import (
     JobId,
     JobSpec,
     JobState,
+    Progress,
     appended,
     apply,
     can_apply,
@@ -415,16 +416,27 @@ class MemoryBroker(Broker):
         self._set(job, outcome.event, started_at=started_at, lease_expires_at=None, **changes)
         return True
 
-    def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
+    def heartbeat(
+        self,
+        claims: Sequence[Claim],
+        lease: float,
+        progress: Mapping[Claim, Progress] | None = None,
+    ) -> list[Claim]:
         lost = []
+        progress = progress or {}
         with self._lock:
             now = self._clock()
             for claim in claims:
                 job = self._jobs.get(claim.job_id)
                 if job is None or self._tokens.get(job.id) != claim.token or job.state not in HELD:
                     lost.append(claim)
-                else:
-                    self._jobs[job.id] = dataclasses.replace(job, lease_expires_at=now + lease)
+                    continue
+                reported = progress.get(claim)
+                if reported is not None:  # job progress: stored with the broker's clock
+                    reported = Progress(reported.fraction, reported.message, now)
+                self._jobs[job.id] = dataclasses.replace(
+                    job, lease_expires_at=now + lease, progress=reported or job.progress
+                )
         return lost
 
     def release(self, claims: Sequence[Claim]) -> list[Claim]:

@@ -31,6 +31,7 @@ from ..job import (
     Job,
     JobId,
     JobState,
+    Progress,
     in_order,
     job_id_of,
 )
@@ -93,6 +94,7 @@ class JobRows:
             last_error,
             limits,
             history,
+            progress,
         ) = self._pick(row)
         return Job.from_fields(
             id=JobId(id_),
@@ -115,6 +117,7 @@ class JobRows:
             lease_expires_at=lease_expires_at,
             limits=decode_needs(limits) if limits else (),
             history=stored_history(history),
+            progress=stored_progress(progress),
         )
 
     def claimed(self, row: Row, token: int) -> ClaimedJob:
@@ -137,6 +140,17 @@ class JobRows:
             )
             return ClaimedJob(Claim(job.id, token), job, f"corrupt job row: {exc}")
         return ClaimedJob(Claim(job.id, token), job)
+
+
+def stored_progress(text: str | None) -> Progress | None:
+    """A row's progress (JSON text, NULL until a task reported); anything unreadable reads
+    as none, like a history."""
+    if not text:
+        return None
+    try:
+        return Progress.from_dict(loads(text))
+    except ValueError:
+        return None
 
 
 def stored_history(text: str | None) -> list[dict[str, Any]]:

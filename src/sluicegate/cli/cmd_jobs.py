@@ -13,6 +13,7 @@ from ..errors import ConfigError, SerializationError
 from ..job import Job, JobState
 from ..limit_report import needs_text, waiting_for
 from ..limits import local_host
+from ..units import age
 from .common import broker_option, friendly_errors, open_app, parse_json
 
 
@@ -79,6 +80,21 @@ def _age(job: Job) -> str:
 
     seconds = max(0.0, time.time() - job.enqueued_at)
     return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+def _progress_text(job: Job) -> str:
+    """40% transcoding 2 of 5 (reported 3.1s ago), or why there is none."""
+    import time
+
+    progress = job.progress
+    if progress is None:
+        return "none reported"
+    text = f"{progress.fraction:.0%}"
+    if progress.message:
+        text += f" {progress.message}"
+    if progress.at is not None:
+        text += f" (reported {age(max(0.0, time.time() - progress.at))} ago)"
+    return text
 
 
 @jobs.command("list")
@@ -166,6 +182,8 @@ def jobs_show(job_id: str, as_json: bool, broker_url: str | None) -> None:
             console.print(f"[bold]history[/]: {len(value) or 'none off the happy path'}")
             for entry in value:  # oldest first, one a line
                 console.print(f"  {json.dumps(entry)}", highlight=False, markup=False)
+        elif key == "progress":
+            console.print(f"[bold]progress[/]: {escape(_progress_text(job))}", highlight=False)
         elif key == "waiting_for":
             reason = value or "no limit: every limit it names has room (waiting for a slot)"
             console.print(f"[bold]waiting_for[/]: {escape(reason)}", highlight=False)

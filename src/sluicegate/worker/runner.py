@@ -10,7 +10,7 @@ import asyncio
 from typing import Any
 
 from ..codec import encode_result
-from ..context import reset_current, set_current
+from ..context import ProgressSink, RunningJob, reset_current, set_current
 from ..errors import LeaseLost
 from ..job import ClaimedJob
 from ..outcomes import Buried, Failed, Outcome, Report, Settled, Succeeded
@@ -18,9 +18,15 @@ from ..retry import RetryPolicy, error_info, failure, plain_error
 from .transactional import TransactionalStore
 
 
-def run_job(fn: Any, policy: RetryPolicy, claimed: ClaimedJob, result_limit: int) -> Outcome:
+def run_job(
+    fn: Any,
+    policy: RetryPolicy,
+    claimed: ClaimedJob,
+    result_limit: int,
+    progress: ProgressSink | None = None,
+) -> Outcome:
     job = claimed.job
-    token = set_current(job)
+    token = set_current(RunningJob(job, claimed.claim, progress))
     try:
         value = fn(*job.args, **job.kwargs)
         return Succeeded(claimed.claim, encode_result(value, result_limit))
@@ -31,7 +37,12 @@ def run_job(fn: Any, policy: RetryPolicy, claimed: ClaimedJob, result_limit: int
 
 
 def run_transactional(
-    fn: Any, policy: RetryPolicy, claimed: ClaimedJob, result_limit: int, store: TransactionalStore
+    fn: Any,
+    policy: RetryPolicy,
+    claimed: ClaimedJob,
+    result_limit: int,
+    store: TransactionalStore,
+    progress: ProgressSink | None = None,
 ) -> Report:
     """Run a transactional task: its writes and the ack commit in one transaction.
 
@@ -40,7 +51,7 @@ def run_transactional(
     either applies the retry or finds the ack already committed, never both.
     """
     job = claimed.job
-    token = set_current(job)
+    token = set_current(RunningJob(job, claimed.claim, progress))
     try:
         with store.transaction() as conn:
             value = fn(*job.args, connection=conn, **job.kwargs)
@@ -55,11 +66,16 @@ def run_transactional(
 
 
 async def run_job_async(
-    fn: Any, policy: RetryPolicy, claimed: ClaimedJob, result_limit: int, timeout: float | None
+    fn: Any,
+    policy: RetryPolicy,
+    claimed: ClaimedJob,
+    result_limit: int,
+    timeout: float | None,
+    progress: ProgressSink | None = None,
 ) -> Outcome:
     """Await a coroutine task; ``timeout`` cancels it and fails the attempt."""
     job = claimed.job
-    token = set_current(job)
+    token = set_current(RunningJob(job, claimed.claim, progress))
     deadline = asyncio.timeout(timeout)
     try:
         async with deadline:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ...codec import dumps
@@ -28,6 +28,7 @@ from ...job import (
     JobId,
     JobSpec,
     JobState,
+    Progress,
     history_error,
     in_claim_order,
     job_id_of,
@@ -332,13 +333,21 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
                 self._notify_queues(conn, [r[at_queue] for r in rows])
         return done
 
-    def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
+    def heartbeat(
+        self,
+        claims: Sequence[Claim],
+        lease: float,
+        progress: Mapping[Claim, Progress] | None = None,
+    ) -> list[Claim]:
         self._db.expect_lease(lease)
         if not claims:
             return []
         query = self._queries["heartbeat"]
+        reported = [(progress or {}).get(c) for c in claims]
         with self._db.transaction() as conn:
-            params = {**ids_tokens(claims), "lease": lease, "now": self._now()}
+            params: dict[str, Any] = {**ids_tokens(claims), "lease": lease, "now": self._now()}
+            params["fractions"] = [p.fraction if p else None for p in reported]
+            params["messages"] = [p.message if p else None for p in reported]
             alive = matched(query, conn.execute(query, params))
             alive |= self._fate.own_writes(conn, [c for c in claims if c not in alive])
         return [c for c in claims if c not in alive]

@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from operator import itemgetter
 from typing import Any
@@ -29,6 +29,7 @@ from ...job import (
     JobId,
     JobSpec,
     JobState,
+    Progress,
     history_error,
     in_claim_order,
 )
@@ -77,6 +78,9 @@ from .watch import Watcher
 ASYNC_THREADS = 2  # enqueue_async's threads per broker: writes take turns on one lock anyway
 MAX_GROUPS = 1000  # groups of equal needs a claim visits per queue (see gated_groups)
 WAL_LIMIT_MB = 32.0  # default wal_limit_mb: a WAL file past it is checkpointed and truncated
+
+
+_NO_PROGRESS: dict[str, Any] = {"fraction": None, "message": None}  # heartbeat keeps progress
 
 
 def job_columns(table: str) -> str:
@@ -405,8 +409,34 @@ class SQLiteBroker(OperatorActions, SQLBroker):
                 done |= matched(query, conn.execute(query, {"batch": dumps(rows), "now": now}))
         return batch.lost(done)
 
-    def heartbeat(self, claims: Sequence[Claim], lease: float) -> list[Claim]:
-        return self._per_claim("heartbeat", claims, {"lease": lease})
+    def heartbeat(
+        self,
+        claims: Sequence[Claim],
+        lease: float,
+        progress: Mapping[Claim, Progress] | None = None,
+    ) -> list[Claim]:
+        if not progress:
+            return self._per_claim("heartbeat", claims, {"lease": lease, **_NO_PROGRESS})
+        query = self._queries["heartbeat"]
+        lost = []
+        with self._db.write() as conn:
+            now = self._clock()
+            for claim in claims:
+                reported = progress.get(claim)
+                params: dict[str, Any] = {
+                    "id": claim.job_id,
+                    "token": claim.token,
+                    "now": now,
+                    "lease": lease,
+                }
+                params.update(
+                    {"fraction": reported.fraction, "message": reported.message}
+                    if reported is not None
+                    else _NO_PROGRESS
+                )
+                if conn.execute(query, params).rowcount == 0:
+                    lost.append(claim)
+        return lost
 
     def release(self, claims: Sequence[Claim]) -> list[Claim]:
         lost = self._per_claim("release", claims, {})

@@ -39,11 +39,11 @@ recovering), ``lifecycle_races`` (an outcome against lease expiry, cancel agains
 backoff, retry against retry: thousands of jobs each), ``stats_counts`` (stats and
 listings against a count of every job, whenever finished counts settle),
 ``reference_model`` (random operations against the reference broker), ``listings``
-(filtered listings and keyset pages), ``bulk_actions`` (retry and cancel by filter) and
-``history`` (a job's entries off the happy path) and ``paused_queues`` (pause, resume
-and the paused set).
-``history`` (a job's entries off the happy path) and ``async_producers`` (``enqueue_async``
-and ``get_job_async`` against their sync twins).
+(filtered listings and keyset pages), ``bulk_actions`` (retry and cancel by filter),
+``history`` (a job's entries off the happy path), ``paused_queues`` (pause, resume
+and the paused set), ``async_producers`` (``enqueue_async`` and ``get_job_async``
+against their sync twins) and ``progress`` (a running job's progress, carried by
+heartbeats).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from . import (
     limits,
     listings,
     paused_queues,
+    progress,
     races,
     read_wakeups,
     record_lease,
@@ -87,6 +88,7 @@ from .lifecycle_races import *  # noqa: F403
 from .limits import *  # noqa: F403
 from .listings import *  # noqa: F403
 from .paused_queues import *  # noqa: F403
+from .progress import *  # noqa: F403
 from .races import *  # noqa: F403
 from .read_wakeups import *  # noqa: F403
 from .record_lease import *  # noqa: F403
@@ -116,4 +118,5 @@ __all__ = [
     *bulk_actions.__all__,
     *history.__all__,
     *paused_queues.__all__,
+    *progress.__all__,
 ]

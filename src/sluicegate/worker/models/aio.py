@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...context import ProgressSink
 from ...job import ClaimedJob
 from ...outcomes import Report
 from ...retry import RetryPolicy
@@ -43,9 +44,15 @@ class AsyncItem(WorkItem):
 
 class AsyncExecutor:
     def __init__(
-        self, name: str, slots: int, result_limit: int, blocked_after: float = BLOCKED_AFTER
+        self,
+        name: str,
+        slots: int,
+        result_limit: int,
+        blocked_after: float = BLOCKED_AFTER,
+        progress: ProgressSink | None = None,
     ) -> None:
         self.name = name
+        self.progress = progress
         self.slots = slots
         self.result_limit = result_limit
         self.blocked_after = blocked_after
@@ -110,7 +117,7 @@ class AsyncExecutor:
         assert self._on_start is not None and self._on_done is not None
         self._on_start(item)
         report: Report = await run_job_async(
-            item.fn, item.policy, item.claimed, self.result_limit, item.timeout
+            item.fn, item.policy, item.claimed, self.result_limit, item.timeout, self.progress
         )
         self._on_done(item, report, True)
 
@@ -168,7 +175,7 @@ class AsyncModel(ConcurrencyModel):
     def executor(
         cls, name: str, slots: int, options: Mapping[str, Any], context: PoolContext
     ) -> AsyncExecutor:
-        return AsyncExecutor(name, slots, context.result_limit)
+        return AsyncExecutor(name, slots, context.result_limit, progress=context.progress)
 
     @classmethod
     def work_item(cls, task: Task[Any, Any], claimed: ClaimedJob) -> AsyncItem:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ...context import ProgressSink
 from ...errors import ConfigError
 from ...job import ClaimedJob
 from ...names import number_problem
@@ -56,6 +57,7 @@ class PoolContext:
     app_path: Callable[[], str]  # MODULE:APP of the worker's app (ConfigError if it has none)
     result_limit: int  # bytes of a task's JSON result
     store: TransactionalStore  # transactional tasks commit their writes and ack here
+    progress: ProgressSink | None = None  # where current_job().progress(...) reports go
 
 
 class ConcurrencyModel(ABC):

@@ -7,6 +7,10 @@ replaced. ``timeout`` is hard: the child is killed. Children are recycled after
 ``max_jobs_per_child`` jobs or when their memory passes ``max_memory_mb`` (which is
 also their address-space limit, so a runaway allocation fails inside the child).
 Children die with the worker (PR_SET_PDEATHSIG, and EOF on their pipe).
+
+A task's ``current_job().progress(...)`` in a child keeps only the latest value; a
+sender thread forwards it to the parent at most every PROGRESS_EVERY seconds (one
+message, no reply awaited), and the parent hands it to the lease keeper like a thread's.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from ...codec import DEFAULT_PAYLOAD_LIMIT, dumps, loads
+from ...context import ProgressSink
 from ...job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobState
 from ...outcomes import Buried, Outcome, Report, Retried, Succeeded
 from ...retry import RetryPolicy, failure, plain_error
@@ -59,6 +64,52 @@ def _rss_bytes() -> int:
         return 0
 
 
+PROGRESS_EVERY = 0.1  # seconds between a child's progress messages, at most
+
+
+class ChildProgress:
+    """A child's progress reports on their way to the parent: latest value wins, sent by
+    a thread of its own so a task calling ``progress`` in a tight loop never waits on the
+    pipe, and a last value is sent even if the task reports nothing more for a while."""
+
+    def __init__(self, conn: Connection, send_lock: threading.Lock) -> None:
+        self._conn = conn
+        self._send_lock = send_lock  # the job's reply is sent by the main thread
+        self._latest: tuple[Claim, float, str | None] | None = None
+        self._changed = threading.Condition()
+        self._sender: threading.Thread | None = None
+
+    def report(self, claim: Claim, fraction: float, message: str | None) -> None:
+        with self._changed:
+            self._latest = (claim, fraction, message)
+            self._changed.notify()
+            if self._sender is None:  # started on the first report: a child whose tasks
+                # never report keeps its address space (max_memory_mb) to itself
+                self._sender = threading.Thread(
+                    target=self._send, name="sluicegate-progress", daemon=True
+                )
+                self._sender.start()
+
+    def forget(self) -> None:
+        """The job ended: a value not yet sent is dropped (its outcome goes next)."""
+        with self._changed:
+            self._latest = None
+
+    def _send(self) -> None:
+        while True:
+            with self._changed:
+                while self._latest is None:
+                    self._changed.wait()
+                (claim, fraction, message), self._latest = self._latest, None
+            note = {"progress": [claim.job_id, claim.token, fraction, message]}
+            try:
+                with self._send_lock:
+                    self._conn.send_bytes(dumps(note).encode())
+            except OSError:
+                return  # the parent is gone; the child ends on its next receive
+            time.sleep(PROGRESS_EVERY)
+
+
 def child_main(
     app_path: str, conn: Connection, max_memory_mb: float | None, result_limit: int
 ) -> None:
@@ -77,6 +128,8 @@ def child_main(
     from ..runner import run_job
 
     app = load_app(app_path)
+    send_lock = threading.Lock()
+    progress = ChildProgress(conn, send_lock)
     conn.send_bytes(b'"ready"')  # only now does the parent hand it work (and start clocks)
     while True:
         try:
@@ -98,7 +151,8 @@ def child_main(
         )
         claimed = ClaimedJob(Claim(job.id, request["token"]), job)
         task = app.tasks[job.task]
-        outcome = run_job(task.fn, task.options.retry, claimed, result_limit)
+        outcome = run_job(task.fn, task.options.retry, claimed, result_limit, progress.report)
+        progress.forget()
         # The outcome crosses the pipe with its event named, as the parent must not infer it.
         reply: dict[str, Any] = {"event": outcome.event.value, "rss": _rss_bytes()}
         if isinstance(outcome, Succeeded):
@@ -107,7 +161,8 @@ def child_main(
             reply["error"] = outcome.error.to_dict()
             if isinstance(outcome, Retried):
                 reply["retry_in"] = outcome.retry_in
-        conn.send_bytes(dumps(reply).encode())
+        with send_lock:
+            conn.send_bytes(dumps(reply).encode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +205,10 @@ class ProcessExecutor:
         max_jobs_per_child: int = 1000,
         max_memory_mb: float | None = None,
         result_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        progress: ProgressSink | None = None,
     ) -> None:
         self.name = name
+        self.progress = progress  # where the children's progress reports go
         self.slots = slots
         self.app_path = app_path
         self.max_jobs_per_child = max_jobs_per_child
@@ -279,6 +336,9 @@ class ProcessExecutor:
                 child.ready = True
                 self._assign()
             return
+        if "progress" in reply:
+            self._progress(child, reply["progress"])
+            return
         child.jobs_done += 1
         over_memory = self.max_memory_mb and reply.get("rss", 0) > self.max_memory_mb * 0.8 * 2**20
         recycle = child.jobs_done >= self.max_jobs_per_child or bool(over_memory)
@@ -294,6 +354,17 @@ class ProcessExecutor:
         else:
             with self._lock:
                 self._assign()
+
+    def _progress(self, child: Child, note: list[Any]) -> None:
+        """A child's progress report, passed on only while it names the job the child
+        runs now (one sent as its job ended arrives after the outcome, and is dropped)."""
+        job_id, token, fraction, message = note
+        item = child.item
+        if item is None or self.progress is None:
+            return
+        claim = item.claimed.claim
+        if claim.job_id == job_id and claim.token == token:
+            self.progress(claim, fraction, message)
 
     def _outcome(self, item: ProcessItem, reply: dict[str, Any]) -> Outcome:
         claim = item.claimed.claim
@@ -386,6 +457,7 @@ class ProcessModel(ConcurrencyModel):
             max_jobs_per_child=options["max_jobs_per_child"],
             max_memory_mb=options["max_memory_mb"],
             result_limit=context.result_limit,
+            progress=context.progress,
         )
 
     @classmethod

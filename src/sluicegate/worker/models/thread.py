@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...context import ProgressSink
 from ...job import ClaimedJob
 from ...outcomes import Report
 from ...retry import RetryPolicy
@@ -41,8 +42,16 @@ class ThreadExecutor:
     """N daemon threads fed by one queue (no per-job thread set-up), and one more that
     fails attempts at their deadline."""
 
-    def __init__(self, name: str, slots: int, result_limit: int, store: TransactionalStore) -> None:
+    def __init__(
+        self,
+        name: str,
+        slots: int,
+        result_limit: int,
+        store: TransactionalStore,
+        progress: ProgressSink | None = None,
+    ) -> None:
         self.name = name
+        self.progress = progress
         self.slots = slots
         self.result_limit = result_limit
         self.store = store
@@ -105,9 +114,9 @@ class ThreadExecutor:
     def _run(self, item: ThreadItem) -> Report:
         if item.transactional:
             return run_transactional(
-                item.fn, item.policy, item.claimed, self.result_limit, self.store
+                item.fn, item.policy, item.claimed, self.result_limit, self.store, self.progress
             )
-        return run_job(item.fn, item.policy, item.claimed, self.result_limit)
+        return run_job(item.fn, item.policy, item.claimed, self.result_limit, self.progress)
 
     def _time_out(self, on_done: DoneCallback) -> None:
         """Report each attempt past its deadline as failed, once; its slot stays busy (the
@@ -151,7 +160,9 @@ class ThreadModel(ConcurrencyModel):
     def executor(
         cls, name: str, slots: int, options: Mapping[str, Any], context: PoolContext
     ) -> ThreadExecutor:
-        return ThreadExecutor(name, slots, context.result_limit, context.store)
+        return ThreadExecutor(
+            name, slots, context.result_limit, context.store, progress=context.progress
+        )
 
     @classmethod
     def work_item(cls, task: Task[Any, Any], claimed: ClaimedJob) -> ThreadItem:

@@ -107,7 +107,12 @@ class Dispatcher(Service):
     # ---- executors -------------------------------------------------------------------
     def start(self) -> None:
         # The app's import path is looked up only if a model asks for it (process children).
-        context = PoolContext(functools.partial(app_path, self.app), self.result_limit, self.broker)
+        context = PoolContext(
+            functools.partial(app_path, self.app),
+            self.result_limit,
+            self.broker,
+            progress=self.leases.report_progress,
+        )
         for pool in self.pools:
             spec = pool.spec
             executor = pool.model.executor(spec.name, spec.slots, spec.options, context)

@@ -506,8 +506,14 @@ WHERE j.state IN ({running}, {succeeded}, {dead}, {scheduled});
 
 -- name: heartbeat
 -- columns: id, token
-UPDATE {schema}.jobs AS j SET lease_expires_at = {now} + make_interval(secs => %(lease)s)
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS c(id, token)
+-- Job progress rides along: a NULL fraction keeps the stored value, else the attempt's
+-- latest report is stored with the broker's clock (sluicegate.job.Progress).
+UPDATE {schema}.jobs AS j SET lease_expires_at = {now} + make_interval(secs => %(lease)s),
+    progress = CASE WHEN c.fraction IS NULL THEN j.progress
+        ELSE jsonb_build_object('fraction', c.fraction, 'message', c.message,
+                                'at', extract(epoch FROM {now})::float8)::text END
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(fractions)s::float8[],
+            %(messages)s::text[]) AS c(id, token, fraction, message)
 WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({held})
 RETURNING j.id, c.token;
 

@@ -266,7 +266,11 @@ json_insert(
     '$[#]', json_patch(json_object('at', :now, 'attempt', attempts), {entry}))
 
 -- name: heartbeat
-UPDATE jobs SET lease_expires_at = :now + :lease
+-- Job progress rides along: :fraction NULL keeps the stored value, else the attempt's
+-- latest report is stored with the broker's clock (sluicegate.job.Progress).
+UPDATE jobs SET lease_expires_at = :now + :lease,
+    progress = CASE WHEN :fraction IS NULL THEN progress
+        ELSE json_object('fraction', :fraction, 'message', :message, 'at', :now) END
 WHERE id = :id AND lease_token = :token AND state IN ({held});
 
 -- name: release
