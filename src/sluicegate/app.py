@@ -27,6 +27,7 @@ from .task import (
 
 if TYPE_CHECKING:
     from .settings_file import TaskSettings
+    from .waiting import Waits
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -70,6 +71,7 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.limits: dict[str, Limit] = {}  # declared here or in the settings file
         self.import_path: str | None = None  # "MODULE:APP", set when loaded by that path
+        self._waits: Waits | None = None  # job.wait's hub, made on the first wait
 
     # ---- broker ------------------------------------------------------------------
     @property
@@ -87,6 +89,7 @@ class App:
 
     def use_broker(self, broker: str | Broker) -> None:
         """Point the app at another broker (the CLI's --broker does this)."""
+        self._stop_waiting()
         with self._lock:
             if self._broker is not None and self._broker is not broker:
                 self._broker.close()
@@ -94,6 +97,7 @@ class App:
             self._broker_url = broker if isinstance(broker, str) else None
 
     def close(self) -> None:
+        self._stop_waiting()
         with self._lock:
             if self._broker is not None:
                 self._broker.close()
@@ -300,7 +304,7 @@ class App:
     ) -> list[Job]:
         """Enqueue ``(task_name, args, kwargs)`` triples in one transaction; all or nothing."""
         specs = [self._spec(name, args, kwargs, NO_OPTIONS) for name, args, kwargs in calls]
-        return self.broker.enqueue(specs, connection=connection)
+        return [job.bound(self) for job in self.broker.enqueue(specs, connection=connection)]
 
     def _enqueue(
         self,
@@ -310,7 +314,7 @@ class App:
         options: EnqueueOptions,
     ) -> Job:
         spec = self._spec(name, args, kwargs, options)
-        return self.broker.enqueue([spec], connection=options.connection)[0]
+        return self.broker.enqueue([spec], connection=options.connection)[0].bound(self)
 
     def _spec(
         self,
@@ -357,4 +361,31 @@ class App:
         job = self.broker.get_job(job_id)
         if job is None:
             raise JobNotFound(f"job {job_id} not found")
-        return job
+        return job.bound(self)
+
+    # ---- waiting for results (job.wait; sluicegate.waiting) ----------------------------
+    def wait(self, job_id: int | str, timeout: float | None = None) -> Any:
+        """Block until the job finishes; its result. JobFailed if it ended dead (the last
+        error's type, message and traceback), JobCancelled, TimeoutError after ``timeout``
+        s (None: no limit; negative or NaN: ValueError), JobNotFound if there is no such
+        job. Every waiter of this app shares one subscription and one query per wake-up."""
+        return self._waiting().wait(job_id, timeout)
+
+    async def wait_async(self, job_id: int | str, timeout: float | None = None) -> Any:
+        """``wait`` for asyncio: never blocks the event loop."""
+        return await self._waiting().wait_async(job_id, timeout)
+
+    def _waiting(self) -> Waits:
+        from .waiting import Waits
+
+        broker = self.broker
+        with self._lock:
+            if self._waits is None or self._waits.broker is not broker:
+                self._waits = Waits(broker)
+            return self._waits
+
+    def _stop_waiting(self) -> None:
+        with self._lock:
+            waits, self._waits = self._waits, None
+        if waits is not None:
+            waits.close()

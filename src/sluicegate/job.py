@@ -11,7 +11,7 @@ import operator
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NewType
+from typing import Any, NewType, Protocol
 
 from .errors import InvalidJobId
 
@@ -176,6 +176,14 @@ def appended(history: list[dict[str, Any]], entry: dict[str, Any]) -> list[dict[
     return [*history[max(0, len(history) - HISTORY_CAP + 1) :], entry]
 
 
+class Waiter(Protocol):
+    """What a Job's ``wait`` goes back to: the App that stored or read it."""
+
+    def wait(self, job_id: int | str, timeout: float | None = None) -> Any: ...
+
+    async def wait_async(self, job_id: int | str, timeout: float | None = None) -> Any: ...
+
+
 @dataclass(frozen=True)  # not slotted: from_fields below needs a __dict__
 class Job:
     """A snapshot of one job as the broker last stored it."""
@@ -200,6 +208,8 @@ class Job:
     lease_expires_at: float | None = None
     limits: tuple[tuple[str, str | None, int], ...] = ()  # (limit, partition value, cost)
     history: list[dict[str, Any]] = field(default_factory=list)  # off the happy path: Happened
+    # ---- waiting (job.wait): the way back to the App, set by whoever hands the job out ----
+    _waiter: Waiter | None = field(default=None, init=False, compare=False, repr=False)
 
     @classmethod
     def from_fields(cls, **fields: Any) -> Job:
@@ -219,6 +229,43 @@ class Job:
     @property
     def finished(self) -> bool:
         return self.state in TERMINAL
+
+    # ---- waiting for the result ------------------------------------------------------
+    def bound(self, waiter: Waiter) -> Job:
+        """A copy of this snapshot whose ``wait`` goes to ``waiter`` (App.enqueue, get_job
+        and Task.enqueue hand out such copies). A copy, so a snapshot a broker keeps (the
+        memory broker's) never holds an App."""
+        job = object.__new__(Job)
+        job.__dict__.update(self.__dict__)
+        job.__dict__["_waiter"] = waiter
+        return job
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until the job finishes; its result. Raises JobFailed (dead: the last
+        error's type, message and traceback), JobCancelled, TimeoutError after ``timeout``
+        seconds (None: no limit). Woken by the broker's own notifications, not by polling."""
+        return self._way_back().wait(self.id, timeout)
+
+    async def wait_async(self, timeout: float | None = None) -> Any:
+        """``wait`` for asyncio: never blocks the event loop."""
+        return await self._way_back().wait_async(self.id, timeout)
+
+    def _way_back(self) -> Waiter:
+        if self._waiter is None:
+            from .errors import ConfigError
+
+            raise ConfigError(
+                f"job {self.id} has no app to wait through: it was not handed out by "
+                "App.enqueue, App.get_job or Task.enqueue (built or copied elsewhere); "
+                f"use app.wait({self.id})"
+            )
+        return self._waiter
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled and deep-copied without its App (locks, connections)."""
+        state = dict(self.__dict__)
+        state["_waiter"] = None
+        return state
 
     def to_dict(self) -> dict[str, Any]:
         return {

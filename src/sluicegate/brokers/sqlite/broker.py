@@ -70,6 +70,7 @@ from .actions import OperatorActions
 from .connections import SYNC_MODES, Connections, parse_sqlite_url
 from .watch import Watcher
 
+FINISHED_BELLS = ".done"  # the doorbell folder's suffix for finished jobs (job.wait)
 MAX_GROUPS = 1000  # groups of equal needs a claim visits per queue (see gated_groups)
 WAL_LIMIT_MB = 32.0  # default wal_limit_mb: a WAL file past it is checkpointed and truncated
 
@@ -107,6 +108,13 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         self._db.open_reader()
         self._watcher = Watcher(open_doorbell(self.path), self.poll_interval, self._db.data_version)
         self._subscribers = Subscribers(self._watcher.run, self._watcher.interrupt)
+        # Waiters for results: a doorbell of their own (a ring after every ack must not
+        # wake claimers), no data_version check (the waiting hub's slow poll covers writers
+        # that cannot ring).
+        self._done_watcher = Watcher(
+            open_doorbell(self.path, FINISHED_BELLS), 1.0, lambda first: None
+        )
+        self._waiters = Subscribers(self._done_watcher.run, self._done_watcher.interrupt)
 
     def _now(self) -> float:
         return self._clock()
@@ -135,6 +143,8 @@ class SQLiteBroker(OperatorActions, SQLBroker):
     def close(self) -> None:
         self._subscribers.stop()
         self._watcher.close()
+        self._waiters.stop()
+        self._done_watcher.close()
         self._db.close()
 
     # ---- producer side --------------------------------------------------
@@ -445,6 +455,8 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         requeued = sorted(JobId(r[id_at]) for r in rows if r[state_at] != JobState.DEAD)
         if requeued:
             self._announce()
+        if dead:
+            self._ended()
         return Recovery(requeued=requeued, dead=dead)
 
     # ---- limits --------------------------------------------------------------
@@ -570,6 +582,11 @@ class SQLiteBroker(OperatorActions, SQLBroker):
     def _ring_others(self) -> None:
         """Ring every other process waiting on this database."""
         self._watcher.ring_others()
+
+    # ---- waiting for results (job.wait) ----------------------------------------------
+    def _ring_finished(self) -> None:
+        """Ring the processes waiting for results: with none, one failed folder listing."""
+        self._done_watcher.ring_others()
 
 
 def _error_json(outcome: Failed) -> str:

@@ -1046,3 +1046,17 @@ SELECT coalesce(max(id), 0) AS id FROM {schema}.jobs;
 SELECT queue, count(*) AS jobs, max(id) AS last
 FROM (SELECT id, queue FROM {schema}.jobs WHERE id > %(after)s ORDER BY id LIMIT %(scan)s) AS a
 GROUP BY queue;
+
+-- name: finished_among
+-- columns: waited, job.*
+-- Of the waited ids, the finished jobs, and a row with NULL job columns for each id no
+-- job has: one primary-key probe per id, whatever the history.
+SELECT w.id AS waited, {job_columns:j}
+FROM unnest(%(ids)s::bigint[]) AS w(id) LEFT JOIN {schema}.jobs AS j ON j.id = w.id
+WHERE j.id IS NULL OR j.state IN ({terminal});
+
+-- name: notify_finished
+-- columns: notified
+-- Wakes the processes waiting for results (job.wait): once per transaction that ends
+-- jobs, no payload (identical notifications of one transaction are sent once anyway).
+SELECT pg_notify(%(channel)s, '') AS notified;

@@ -616,3 +616,11 @@ SELECT coalesce(max(id), 0) AS id FROM jobs;
 SELECT queue, count(*) AS jobs, max(id) AS last
 FROM (SELECT id, queue FROM jobs WHERE id > :after ORDER BY id LIMIT :scan)
 GROUP BY queue;
+
+-- name: finished_among
+-- columns: waited, job.*
+-- Of the waited ids (:ids, a JSON array), the finished jobs, and a row with NULL job
+-- columns for each id no job has: one primary-key probe per id, whatever the history.
+SELECT w.value AS waited, {job_columns:j}
+FROM json_each(:ids) AS w LEFT JOIN jobs AS j ON j.id = w.value
+WHERE j.id IS NULL OR j.state IN ({terminal});
