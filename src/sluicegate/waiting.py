@@ -33,6 +33,7 @@ log = logging.getLogger("sluicegate.waiting")
 
 SAFETY_POLL = 1.0  # s between reads while waiters wait and no notification came
 RETRY_AFTER_ERROR = 1.0  # s before the hub reads again after a failed read
+GATHER = 0.002  # s the hub lets new waiters gather before checking them (not on news)
 
 
 def check_timeout(timeout: float | None) -> float | None:
@@ -99,7 +100,8 @@ class Waits:
         self.broker = broker
         self.safety_poll = safety_poll
         self.queries = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the waiters; held briefly, never across I/O
+        self._start_lock = threading.Lock()  # starting and stopping the thread
         self._waiting: dict[JobId, list[_Waiter]] = {}
         self._unchecked: set[JobId] = set()  # registered since the last read
         self._news = False  # a notification came since the last read
@@ -116,8 +118,8 @@ class Waits:
         assert waiter.event is not None
         if not waiter.event.wait(limit):
             self._remove(waiter)
-            if waiter.outcome is None:  # resolved meanwhile: that wins over the timeout
-                raise TimeoutError(f"job {waiter.job_id} did not finish within {timeout} s")
+            if waiter.outcome is None:  # not resolved meanwhile: a last look of its own
+                waiter.outcome = self._last_look(waiter.job_id, timeout)
         assert waiter.outcome is not None
         return _returned(waiter.outcome)
 
@@ -135,10 +137,24 @@ class Waits:
             async with asyncio.timeout(limit):
                 outcome = await future
         except TimeoutError:
-            raise TimeoutError(f"job {waiter.job_id} did not finish within {timeout} s") from None
+            self._remove(waiter)
+            if future.done() and not future.cancelled():  # resolved just as time ran out
+                outcome = future.result()
+            else:
+                outcome = await asyncio.to_thread(self._last_look, waiter.job_id, timeout)
         finally:
             self._remove(waiter)
         return _returned(outcome)
+
+    def _last_look(self, job_id: JobId, timeout: float | None) -> tuple[bool, Any]:
+        """At the timeout, the job's state read once more (one query, this waiter's own):
+        a job that finished just then (or before a ``timeout=0`` wait) is not a timeout."""
+        found = self.broker.finished_jobs([job_id])
+        if job_id in found.jobs:
+            return outcome_of(found.jobs[job_id])
+        if job_id in found.missing:
+            return False, JobNotFound(f"job {job_id} not found")
+        return False, TimeoutError(f"job {job_id} did not finish within {timeout} s")
 
     def _add(self, waiter: _Waiter) -> None:
         with self._lock:
@@ -146,17 +162,20 @@ class Waits:
                 raise SluicegateError("cannot wait for a job: the app was closed")
             self._waiting.setdefault(waiter.job_id, []).append(waiter)
             self._unchecked.add(waiter.job_id)
-            start = self._thread is None
-            if start:
-                self._thread = threading.Thread(
-                    target=self._run, name="sluicegate-waits", daemon=True
-                )
-        if start:
-            # Subscribed before the first read: a job finishing after that read is heard.
-            self._unsubscribe = self.broker.subscribe_finished(self._notified)
-            assert self._thread is not None
-            self._thread.start()
+        if self._thread is None:
+            self._start()
         self._wake.set()
+
+    def _start(self) -> None:
+        """Subscribe, then start the thread: subscribed before its first read, so a job
+        finishing after that read is heard."""
+        with self._start_lock:
+            if self._thread is not None or self._closed:
+                return
+            self._unsubscribe = self.broker.subscribe_finished(self._notified)
+            thread = threading.Thread(target=self._run, name="sluicegate-waits", daemon=True)
+            thread.start()
+            self._thread = thread
 
     def _remove(self, waiter: _Waiter) -> None:
         with self._lock:
@@ -184,6 +203,8 @@ class Waits:
             with self._lock:
                 idle = not self._waiting
             self._wake.wait(None if idle else self.safety_poll)
+            if not self._news and self._unchecked:  # a burst of new waiters: one read
+                time.sleep(GATHER)
             self._wake.clear()
             with self._lock:
                 if self._closed:
@@ -227,15 +248,16 @@ class Waits:
 
     def close(self) -> None:
         """Stop the thread and the subscription; waiters still waiting get an error."""
-        with self._lock:
-            self._closed = True
-            thread, self._thread = self._thread, None
-            left = [w for ws in self._waiting.values() for w in ws]
-            self._waiting.clear()
+        with self._start_lock:
+            with self._lock:
+                self._closed = True
+                thread, self._thread = self._thread, None
+                left = [w for ws in self._waiting.values() for w in ws]
+                self._waiting.clear()
+            unsubscribe, self._unsubscribe = self._unsubscribe, None
         self._wake.set()
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
+        if unsubscribe is not None:
+            unsubscribe()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
         closed = (False, SluicegateError("the app was closed while waiting for the job"))

@@ -39,8 +39,9 @@ recovering), ``lifecycle_races`` (an outcome against lease expiry, cancel agains
 backoff, retry against retry: thousands of jobs each), ``stats_counts`` (stats and
 listings against a count of every job, whenever finished counts settle),
 ``reference_model`` (random operations against the reference broker), ``listings``
-(filtered listings and keyset pages), ``bulk_actions`` (retry and cancel by filter) and
-``history`` (a job's entries off the happy path).
+(filtered listings and keyset pages), ``bulk_actions`` (retry and cancel by filter),
+``history`` (a job's entries off the happy path) and ``wait_results`` (waiting for a job's
+result: every outcome, sync and async, and what 1,000 waiters cost).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from . import (
     reference_model,
     registry,
     stats_counts,
+    wait_results,
 )
 from .bulk_actions import *  # noqa: F403
 from .edge_values import *  # noqa: F403
@@ -88,6 +90,7 @@ from .recovery_actions import *  # noqa: F403
 from .reference_model import *  # noqa: F403
 from .registry import *  # noqa: F403
 from .stats_counts import *  # noqa: F403
+from .wait_results import *  # noqa: F403
 
 # What ``import *`` hands a test module: the fixtures, then every test, in suite order.
 __all__ = [
@@ -107,4 +110,5 @@ __all__ = [
     *listings.__all__,
     *bulk_actions.__all__,
     *history.__all__,
+    *wait_results.__all__,
 ]
