@@ -30,13 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pgscratch import scratch_schema, server_info  # noqa: E402
-
-from sluicegate import App  # noqa: E402
-from sluicegate.brokers import broker_from_url  # noqa: E402
-from sluicegate.brokers.base import Broker  # noqa: E402
-from sluicegate.job import JobSpec  # noqa: E402
-from sluicegate.outcomes import Succeeded  # noqa: E402
+from pgscratch import scratch_schema, server_info
+from sluicegate import App
+from sluicegate.brokers import broker_from_url
+from sluicegate.brokers.base import Broker
+from sluicegate.job import JobSpec
+from sluicegate.outcomes import Succeeded
 
 LEASE = 30.0
 
@@ -193,7 +192,9 @@ def main() -> None:
             q_rows.append((name, queries(url, args.waiters, args.batch)))
         print(f"[{name} queries] {q_rows[-1][1]}", flush=True)
 
-    print(f"\njob.wait() latency, {args.jobs} jobs each, idle ({args.spacing:g} ms before each ack):")
+    print(
+        f"\njob.wait() latency, {args.jobs} jobs each, idle ({args.spacing:g} ms before each ack):"
+    )
     head = f"  {'broker':<11} {'mode':<6} {'from ack return: p50':>21} {'p99':>8}"
     print(head + f" {'from ack call: p50':>19} {'p99':>8}")
     for name, mode, after, before in lat_rows:
