@@ -149,6 +149,7 @@ class Waits:
     def _last_look(self, job_id: JobId, timeout: float | None) -> tuple[bool, Any]:
         """At the timeout, the job's state read once more (one query, this waiter's own):
         a job that finished just then (or before a ``timeout=0`` wait) is not a timeout."""
+        self.queries += 1
         found = self.broker.finished_jobs([job_id])
         if job_id in found.jobs:
             return outcome_of(found.jobs[job_id])
