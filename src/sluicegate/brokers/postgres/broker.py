@@ -561,6 +561,9 @@ class PostgresBroker(Inserts, Limits, SQLBroker):
         return unsubscribe
 
     # ---- waiting for results (job.wait) -------------------------------------------------
+    def _one_read(self) -> contextlib.AbstractContextManager[Any]:
+        return self._db.single()  # one statement: one round trip, its own snapshot
+
     def _notify_finished(self, conn: Any) -> None:
         """NOTIFY the waiters of every process, at the commit of ``conn``'s transaction."""
         params = {"channel": self.settings.finished_channel}
