@@ -208,8 +208,6 @@ class Job:
     lease_expires_at: float | None = None
     limits: tuple[tuple[str, str | None, int], ...] = ()  # (limit, partition value, cost)
     history: list[dict[str, Any]] = field(default_factory=list)  # off the happy path: Happened
-    # ---- waiting (job.wait): the way back to the App, set by whoever hands the job out ----
-    _waiter: Waiter | None = field(default=None, init=False, compare=False, repr=False)
 
     @classmethod
     def from_fields(cls, **fields: Any) -> Job:
@@ -251,7 +249,10 @@ class Job:
         return await self._way_back().wait_async(self.id, timeout)
 
     def _way_back(self) -> Waiter:
-        if self._waiter is None:
+        # Not a field (never compared, shown, stored, or carried by dataclasses.replace):
+        # an entry of this instance's __dict__, set by ``bound``.
+        waiter: Waiter | None = self.__dict__.get("_waiter")
+        if waiter is None:
             from .errors import ConfigError
 
             raise ConfigError(
@@ -259,12 +260,12 @@ class Job:
                 "App.enqueue, App.get_job or Task.enqueue (built or copied elsewhere); "
                 f"use app.wait({self.id})"
             )
-        return self._waiter
+        return waiter
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled and deep-copied without its App (locks, connections)."""
         state = dict(self.__dict__)
-        state["_waiter"] = None
+        state.pop("_waiter", None)
         return state
 
     def to_dict(self) -> dict[str, Any]:

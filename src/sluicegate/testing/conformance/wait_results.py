@@ -45,7 +45,7 @@ def finisher(broker: Broker, broker_kind: BrokerKind, open_broker: Callable[[], 
     return open_broker() if broker_kind.shared else broker
 
 
-def later(action: Callable[[], Any], after: float = 0.2) -> threading.Thread:
+def later(action: Callable[[], Any], after: float = 0.05) -> threading.Thread:
     """Run ``action`` in a thread after ``after`` s, so that a waiter is asleep by then."""
 
     def run() -> None:
