@@ -28,6 +28,7 @@ from .task import (
 
 if TYPE_CHECKING:
     from .settings_file import TaskSettings
+    from .waiting import Waits
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -80,6 +81,7 @@ class App:
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.limits: dict[str, Limit] = {}  # declared here or in the settings file
         self.import_path: str | None = None  # "MODULE:APP", set when loaded by that path
+        self._waits: Waits | None = None  # job.wait's hub, made on the first wait
 
     # ---- broker ------------------------------------------------------------------
     @property
@@ -97,6 +99,7 @@ class App:
 
     def use_broker(self, broker: str | Broker) -> None:
         """Point the app at another broker (the CLI's --broker does this)."""
+        self._stop_waiting()
         with self._lock:
             if self._broker is not None and self._broker is not broker:
                 self._broker.close()
@@ -104,6 +107,7 @@ class App:
             self._broker_url = broker if isinstance(broker, str) else None
 
     def close(self) -> None:
+        self._stop_waiting()
         with self._lock:
             if self._broker is not None:
                 self._broker.close()
@@ -310,7 +314,7 @@ class App:
     ) -> list[Job]:
         """Enqueue ``(task_name, args, kwargs)`` triples in one transaction; all or nothing."""
         specs = [self._spec(name, args, kwargs, NO_OPTIONS) for name, args, kwargs in calls]
-        return self.broker.enqueue(specs, connection=connection)
+        return [job.bound(self) for job in self.broker.enqueue(specs, connection=connection)]
 
     def _enqueue(
         self,
@@ -320,7 +324,7 @@ class App:
         options: EnqueueOptions,
     ) -> Job:
         spec = self._spec(name, args, kwargs, options)
-        return self.broker.enqueue([spec], connection=options.connection)[0]
+        return self.broker.enqueue([spec], connection=options.connection)[0].bound(self)
 
     def _spec(
         self,
@@ -364,7 +368,7 @@ class App:
         """A fresh read of one job from the broker. The id may be its decimal text (from a
         URL, say); JobNotFound if there is no such job (InvalidJobId, a subclass, if the
         text is not an integer's)."""
-        return found(self.broker.get_job(job_id), job_id)
+        return found(self.broker.get_job(job_id), job_id).bound(self)
 
     # ---- paused queues ----
     def pause_queue(self, name: str, by: str | None = None) -> bool:
@@ -406,12 +410,12 @@ class App:
             specs.append(self._spec(name, args, kwargs, NO_OPTIONS))
             if len(specs) % SPEC_SLICE == 0:
                 await asyncio.sleep(0)
-        return await broker.enqueue_async(specs, connection=connection)
+        return [job.bound(self) for job in await broker.enqueue_async(specs, connection=connection)]
 
     async def get_job_async(self, job_id: int | str) -> Job:
         """``get_job``, awaited: a fresh read; JobNotFound (or InvalidJobId) likewise."""
         broker = await self._ready_async()
-        return found(await broker.get_job_async(job_id), job_id)
+        return found(await broker.get_job_async(job_id), job_id).bound(self)
 
     async def aclose(self) -> None:
         """``close`` from an event loop: closes the broker, and the asyncio connections its
@@ -431,7 +435,7 @@ class App:
     ) -> Job:
         broker = await self._ready_async()
         spec = self._spec(name, args, kwargs, options)
-        return (await broker.enqueue_async([spec], connection=options.connection))[0]
+        return (await broker.enqueue_async([spec], connection=options.connection))[0].bound(self)
 
     async def _ready_async(self) -> Broker:
         """The broker, with the settings applied; the first call does both in a thread."""
@@ -443,3 +447,30 @@ class App:
     def _ready(self) -> Broker:
         self.configure()
         return self.broker
+
+    # ---- waiting for results (job.wait; sluicegate.waiting) ----------------------------
+    def wait(self, job_id: int | str, timeout: float | None = None) -> Any:
+        """Block until the job finishes; its result. JobFailed if it ended dead (the last
+        error's type, message and traceback), JobCancelled, TimeoutError after ``timeout``
+        s (None: no limit; negative or NaN: ValueError), JobNotFound if there is no such
+        job. Every waiter of this app shares one subscription and one query per wake-up."""
+        return self._waiting().wait(job_id, timeout)
+
+    async def wait_async(self, job_id: int | str, timeout: float | None = None) -> Any:
+        """``wait`` for asyncio: never blocks the event loop."""
+        return await self._waiting().wait_async(job_id, timeout)
+
+    def _waiting(self) -> Waits:
+        from .waiting import Waits
+
+        broker = self.broker
+        with self._lock:
+            if self._waits is None or self._waits.broker is not broker:
+                self._waits = Waits(broker)
+            return self._waits
+
+    def _stop_waiting(self) -> None:
+        with self._lock:
+            waits, self._waits = self._waits, None
+        if waits is not None:
+            waits.close()

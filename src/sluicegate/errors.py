@@ -77,3 +77,25 @@ class LeaseLost(SluicegateError):
         self.job_id = job_id
         self.token = token
         super().__init__(message or f"lease lost on job {job_id} (token {token})")
+
+
+# ---- waiting for a job's result (job.wait, app.wait) ---------------------------------------
+class JobFailed(SluicegateError):
+    """The job waited for ended dead: its last error's ``type``, ``message`` and
+    ``traceback`` (the worker's, as text: the exception itself never crosses processes)."""
+
+    def __init__(self, job_id: int, type: str, message: str, traceback: str = "") -> None:
+        self.job_id = job_id
+        self.type = type
+        self.message = message
+        self.traceback = traceback
+        detail = f"{type}: {message}" if message else type
+        super().__init__(f"job {job_id} failed: {detail or 'no error recorded'}")
+
+
+class JobCancelled(SluicegateError):
+    """The job waited for was cancelled before it finished."""
+
+    def __init__(self, job_id: int) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id} was cancelled")

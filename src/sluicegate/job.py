@@ -12,7 +12,7 @@ import operator
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NewType
+from typing import Any, NewType, Protocol
 
 from .errors import InvalidJobId
 
@@ -224,6 +224,14 @@ def checked_progress(fraction: object, message: object = None) -> tuple[float, s
     return value, message[:PROGRESS_MESSAGE].replace("\x00", "\ufffd")
 
 
+class Waiter(Protocol):
+    """What a Job's ``wait`` goes back to: the App that stored or read it."""
+
+    def wait(self, job_id: int | str, timeout: float | None = None) -> Any: ...
+
+    async def wait_async(self, job_id: int | str, timeout: float | None = None) -> Any: ...
+
+
 @dataclass(frozen=True)  # not slotted: from_fields below needs a __dict__
 class Job:
     """A snapshot of one job as the broker last stored it."""
@@ -268,6 +276,46 @@ class Job:
     @property
     def finished(self) -> bool:
         return self.state in TERMINAL
+
+    # ---- waiting for the result ------------------------------------------------------
+    def bound(self, waiter: Waiter) -> Job:
+        """A copy of this snapshot whose ``wait`` goes to ``waiter`` (App.enqueue, get_job
+        and Task.enqueue hand out such copies). A copy, so a snapshot a broker keeps (the
+        memory broker's) never holds an App."""
+        job = object.__new__(Job)
+        job.__dict__.update(self.__dict__)
+        job.__dict__["_waiter"] = waiter
+        return job
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until the job finishes; its result. Raises JobFailed (dead: the last
+        error's type, message and traceback), JobCancelled, TimeoutError after ``timeout``
+        seconds (None: no limit). Woken by the broker's own notifications, not by polling."""
+        return self._way_back().wait(self.id, timeout)
+
+    async def wait_async(self, timeout: float | None = None) -> Any:
+        """``wait`` for asyncio: never blocks the event loop."""
+        return await self._way_back().wait_async(self.id, timeout)
+
+    def _way_back(self) -> Waiter:
+        # Not a field (never compared, shown, stored, or carried by dataclasses.replace):
+        # an entry of this instance's __dict__, set by ``bound``.
+        waiter: Waiter | None = self.__dict__.get("_waiter")
+        if waiter is None:
+            from .errors import ConfigError
+
+            raise ConfigError(
+                f"job {self.id} has no app to wait through: it was not handed out by "
+                "App.enqueue, App.get_job or Task.enqueue (built or copied elsewhere); "
+                f"use app.wait({self.id})"
+            )
+        return waiter
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled and deep-copied without its App (locks, connections)."""
+        state = dict(self.__dict__)
+        state.pop("_waiter", None)
+        return state
 
     def to_dict(self) -> dict[str, Any]:
         return {

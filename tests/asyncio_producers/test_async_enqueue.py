@@ -203,3 +203,24 @@ def test_a_pooled_connection_the_server_closed_is_replaced_before_use(
         assert (await app.get_job_async(job.id)).args == [2]
 
     run(app, body)
+
+
+def test_jobs_from_the_async_calls_can_be_waited_on(broker: Broker) -> None:
+    """What enqueue_async, enqueue_many_async and get_job_async return knows its app, as
+    the sync calls' jobs do: ``await job.wait_async()`` reaches the job's outcome."""
+    from sluicegate import JobCancelled
+
+    app = make_app(broker)
+    send = app.tasks["send"]
+
+    async def body() -> None:
+        one = await send.enqueue_async(1)
+        many = await send.enqueue_many_async([(2,), (3,)])
+        read = await app.get_job_async(one.id)
+        for job in (one, *many):
+            app.broker.cancel(job.id)
+        for job in (one, read, *many):
+            with pytest.raises(JobCancelled):
+                await job.wait_async(timeout=10)
+
+    run(app, body)

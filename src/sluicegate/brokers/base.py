@@ -161,6 +161,15 @@ class WorkerList:
 
 
 @dataclass(frozen=True, slots=True)
+class Finished:
+    """What ``finished_jobs`` found of the ids asked about: the finished jobs, and the ids
+    no job has (never stored, or pruned). The others are unfinished."""
+
+    jobs: dict[JobId, Job] = field(default_factory=dict)
+    missing: frozenset[JobId] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class Recovery:
     """What one ``recover_expired`` pass did."""
 
@@ -675,3 +684,17 @@ class Broker(ABC):
     async def aclose(self) -> None:
         """``close`` from an event loop: also closes what the asyncio calls opened in it."""
         await asyncio.to_thread(self.close)
+
+    # ---- waiting for results (job.wait; sluicegate.waiting) ------------------------------
+    @abstractmethod
+    def finished_jobs(self, ids: Sequence[JobId]) -> Finished:
+        """Of ``ids``, the jobs that have finished and the ids no job has, in ONE query:
+        what a process's waiting hub reads on each wake-up for all its waiters at once."""
+
+    @abstractmethod
+    def subscribe_finished(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (from any thread) soon after jobs may have finished (ack,
+        dead, cancel, recovery to dead): from this process at once, from others where the
+        broker can see them (PostgreSQL: NOTIFY on the schema's "finished" channel, one
+        per transaction that ends jobs; SQLite: a doorbell). Returns a function that
+        unsubscribes. Waiters also look every second or so: this makes the wake prompt."""

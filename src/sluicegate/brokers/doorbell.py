@@ -23,10 +23,12 @@ RING = b"!"
 MAX_SOCKET_PATH = 100  # bytes; sun_path holds 104-108 depending on the system
 
 
-def _folder(db_path: str) -> str:
+def _folder(db_path: str, suffix: str = ".bells") -> str:
     """Beside the database file: every process that uses the database can reach it (a
-    private /tmp, as systemd's PrivateTmp gives each service, would split them)."""
-    return os.path.realpath(db_path) + ".bells"
+    private /tmp, as systemd's PrivateTmp gives each service, would split them). One
+    folder per kind of news: ``.bells`` (work to claim), ``.done`` (jobs finished, for
+    processes waiting for results), so a ring wakes only those who want it."""
+    return os.path.realpath(db_path) + suffix
 
 
 class Doorbell:
@@ -122,11 +124,12 @@ class Bell:
             os.rmdir(os.path.dirname(self.path))  # only if no other process waits there
 
 
-def open_doorbell(db_path: str) -> Doorbell | None:
-    """A doorbell for ``db_path``, or None where Unix datagram sockets are unavailable."""
+def open_doorbell(db_path: str, suffix: str = ".bells") -> Doorbell | None:
+    """A doorbell for ``db_path`` (its folder: ``_folder``), or None where Unix datagram
+    sockets are unavailable."""
     if not hasattr(socket, "AF_UNIX"):
         return None
     try:
-        return Doorbell(_folder(db_path))
+        return Doorbell(_folder(db_path, suffix))
     except OSError:
         return None

@@ -51,6 +51,7 @@ from .base import (
     FORGET_WORKERS_AFTER,
     Broker,
     ClaimBatch,
+    Finished,
     LimitFigures,
     PausedQueue,
     QueueDepth,
@@ -91,6 +92,7 @@ class MemoryBroker(Broker):
         self._lock = threading.RLock()
         self._subscribers = Subscribers()
         self._paused: dict[str, PausedQueue] = {}
+        self._waiters = Subscribers()  # waiters (subscribe_finished)
 
     # ---- helpers --------------------------------------------------------------
     @staticmethod
@@ -124,6 +126,7 @@ class MemoryBroker(Broker):
 
     def close(self) -> None:
         self._subscribers.stop()
+        self._waiters.stop()
 
     # ---- producer side ----------------------------------------------------------
     def enqueue(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
@@ -393,6 +396,8 @@ class MemoryBroker(Broker):
                     done.add(retried.claim)
         if batch.retries:
             self._subscribers.notify_local()
+        if batch.acks or batch.burials:
+            self._waiters.notify_local()
         return batch.lost(done)
 
     def _finish(self, outcome: Outcome, now: float, **changes: object) -> bool:
@@ -478,6 +483,8 @@ class MemoryBroker(Broker):
             )
         if result.requeued:
             self._subscribers.notify_local()
+        if result.dead:
+            self._waiters.notify_local()
         return result
 
     def recover_worker(self, worker_id: str) -> Recovery:
@@ -490,6 +497,8 @@ class MemoryBroker(Broker):
             result = self._recover(held, self._clock(), Happened.WORKER_LOST, lambda job: error)
         if result.requeued:
             self._subscribers.notify_local()
+        if result.dead:
+            self._waiters.notify_local()
         return result
 
     def _recover(
@@ -536,7 +545,9 @@ class MemoryBroker(Broker):
     def cancel(self, job_id: int | str) -> Job:
         job_id = job_id_of(job_id)
         with self._lock:
-            return self._cancel(self._get(job_id, Event.CANCEL), self._clock())
+            cancelled = self._cancel(self._get(job_id, Event.CANCEL), self._clock())
+        self._waiters.notify_local()
+        return cancelled
 
     def _cancel(self, job: Job, now: float) -> Job:
         held_by = job.worker_id if job.state in HELD else None
@@ -608,6 +619,8 @@ class MemoryBroker(Broker):
             picked = [j for j in self._jobs.values() if matching.matches(j)][: max(limit, 0)]
             for job in picked:
                 self._cancel(job, now)
+        if picked:
+            self._waiters.notify_local()
         return len(picked)
 
     # ---- retention -----------------------------------------------------------------
@@ -705,3 +718,15 @@ class MemoryBroker(Broker):
 
     async def aclose(self) -> None:
         self.close()
+
+    # ---- waiting for results (job.wait) -------------------------------------------
+    def finished_jobs(self, ids: Sequence[JobId]) -> Finished:
+        with self._lock:
+            found = {i: self._jobs.get(i) for i in ids}
+        return Finished(
+            {i: j for i, j in found.items() if j is not None and j.finished},
+            frozenset(i for i, j in found.items() if j is None),
+        )
+
+    def subscribe_finished(self, callback: Callable[[], None]) -> Callable[[], None]:
+        return self._waiters.add(callback)

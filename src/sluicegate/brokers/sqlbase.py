@@ -40,6 +40,7 @@ from ..outcomes import Outcome
 from . import base
 from .base import (
     Broker,
+    Finished,
     PausedQueue,
     QueueDepth,
     QueueStats,
@@ -352,6 +353,7 @@ class SQLBroker(SQLListings, Broker):
     _queries: dict[str, Query]
     _jobs: dict[str, JobRows]  # per query that returns job rows
     _subscribers: Subscribers
+    _waiters: Subscribers  # processes waiting for results (subscribe_finished)
     migrations_applied: list[int]
 
     def _load_queries(self, values: Mapping[str, Value]) -> None:
@@ -498,6 +500,8 @@ class SQLBroker(SQLListings, Broker):
         lost = self._write_record(batch)
         if batch.retries:  # due later: sleeping workers recompute their next wake-up
             self._announce()
+        if batch.acks or batch.burials:
+            self._ended()
         return lost
 
     @abstractmethod
@@ -506,7 +510,9 @@ class SQLBroker(SQLListings, Broker):
 
     # ---- operator actions ----------------------------------------------------------------
     def cancel(self, job_id: int | str) -> Job:
-        return self._operator_action(Event.CANCEL, job_id_of(job_id))
+        job = self._operator_action(Event.CANCEL, job_id_of(job_id))
+        self._ended()
+        return job
 
     def retry(self, job_id: int | str) -> Job:
         job_id = job_id_of(job_id)
@@ -548,7 +554,10 @@ class SQLBroker(SQLListings, Broker):
         limit: int = 1000,
     ) -> int:
         state = cancellable(state)
-        return self._cancel_matching(state, queue, task, limit) if limit > 0 else 0
+        cancelled = self._cancel_matching(state, queue, task, limit) if limit > 0 else 0
+        if cancelled:
+            self._ended()
+        return cancelled
 
     @abstractmethod
     def _revive_matching(self, queue: str | None, task: str | None, limit: int) -> int:
@@ -614,3 +623,44 @@ class SQLBroker(SQLListings, Broker):
     @abstractmethod
     def _prepare_migration(self, conn: Any) -> None:
         """Lock out other migrators and create the version table (and what it needs)."""
+
+    # ---- waiting for results (job.wait) ----------------------------------------------------
+    def _ended(self) -> None:
+        """After a commit that ended jobs (ack, dead, cancel): wake this process's waiters,
+        and others (``_ring_finished``)."""
+        self._waiters.notify_local()
+        self._ring_finished()
+
+    def _ring_finished(self) -> None:
+        """Wake other processes' waiters, for a dialect that cannot do so in the write's own
+        SQL (PostgreSQL's NOTIFY goes out with the commit instead)."""
+
+    def subscribe_finished(self, callback: Callable[[], None]) -> Callable[[], None]:
+        return self._waiters.add(callback)
+
+    def _one_read(self) -> contextlib.AbstractContextManager[Any]:
+        """A connection for one read statement, on the waiters' path: every round trip
+        saved is latency saved (PostgreSQL: autocommit, no BEGIN and COMMIT around it)."""
+        return self._reading()
+
+    def _id_list(self, ids: Sequence[int]) -> Any:
+        """A list of job ids as the dialect's queries take it: a JSON array by default."""
+        return dumps(list(ids))
+
+    def finished_jobs(self, ids: Sequence[JobId]) -> Finished:
+        """One statement (``finished_among``) for every id; ids no storage can hold are
+        missing without asking."""
+        possible = [i for i in dict.fromkeys(ids) if self._may_exist(i)]
+        missing = {i for i in ids if not self._may_exist(i)}
+        jobs: dict[JobId, Job] = {}
+        if possible:
+            query = self._queries["finished_among"]
+            with self._one_read() as conn:
+                rows = conn.execute(query, {"ids": self._id_list(possible)}).fetchall()
+            at_waited, at_id, read = query.at["waited"], query.at["id"], self._jobs[query.name]
+            for row in rows:
+                if row[at_id] is None:
+                    missing.add(JobId(row[at_waited]))
+                else:
+                    jobs[JobId(row[at_id])] = read.job(row)
+        return Finished(jobs, frozenset(missing))

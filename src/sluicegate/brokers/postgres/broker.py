@@ -143,6 +143,9 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
             raise
         self._listener = Listener(settings)
         self._subscribers = Subscribers(self._listener.run, self._listener.interrupt)
+        # Waiters for results: a LISTEN connection of their own, opened on the first wait.
+        self._done_listener = Listener(settings, settings.finished_channel)
+        self._waiters = Subscribers(self._done_listener.run, self._done_listener.interrupt)
 
     def _now(self) -> float | None:
         return self._clock() if self._clock is not None else None
@@ -155,6 +158,8 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         self._subscribers.stop()
         self._listener.close()
         self._adb.close()
+        self._waiters.stop()
+        self._done_listener.close()
         self._db.close()
 
     # ---- migrations ---------------------------------------------------------------------
@@ -310,6 +315,8 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         if batch.starts:
             params = {**ids_tokens(batch.starts), "now": now}
             done |= matched(q["start"], conn.execute(q["start"], params))
+        if batch.acks or batch.burials:  # pipelined: no round trip of its own
+            self._notify_finished(conn)
         if batch.acks:
             params = {**ids_tokens([o.claim for o in batch.acks]), "now": now}
             params["results"] = [o.result_json for o in batch.acks]
@@ -395,6 +402,8 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         requeued = [r for r in rows if r[at_state] == JobState.READY]
         if requeued:
             self._notify_queues(conn, [r[at_queue] for r in requeued])
+        if any(r[at_state] == JobState.DEAD for r in rows):
+            self._notify_finished(conn)
         return (
             sorted(JobId(r[at_id]) for r in requeued),
             sorted(JobId(r[at_id]) for r in rows if r[at_state] == JobState.DEAD),
@@ -418,6 +427,10 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         params = {**ids_tokens([claim]), "results": [result_json], "now": self._now()}
         with self._db.bounded(connection), tuple_rows(connection) as cur:
             done = matched(query, cur.execute(query, params).fetchall())
+            if done:  # goes out when the caller commits
+                cur.execute(
+                    self._queries["notify_finished"], {"channel": self.settings.finished_channel}
+                )
         if claim not in done:
             raise LeaseLost(claim.job_id, claim.token)
         # The caller's COMMIT may land any moment (or break, fate unknown). Remembered now,
@@ -437,6 +450,8 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
             if row is not None:
                 if query == "revive":
                     self._notify_queues(conn, [row[self._queries[query].at["queue"]]])
+                else:
+                    self._notify_finished(conn)
                 return self._jobs[query].job(row), None
             current = conn.execute(get, {"id": job_id}).fetchone()
         return None, current[get.at["state"]] if current else None
@@ -465,7 +480,10 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         query = self._queries["cancel_matching"]
         params = {"state": state.value, "queue": queue, "task": task, "limit": limit}
         with self._filtered() as conn:
-            return len(conn.execute(query, {**params, "now": self._now()}).fetchall())
+            cancelled = len(conn.execute(query, {**params, "now": self._now()}).fetchall())
+            if cancelled:
+                self._notify_finished(conn)
+        return cancelled
 
     # ---- read side ----------------------------------------------------------------------
     def _reading(self) -> contextlib.AbstractContextManager[Any]:
@@ -521,6 +539,9 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
 
     def _queue_list(self, queues: Sequence[str]) -> list[str]:
         return list(queues)
+
+    def _id_list(self, ids: Sequence[int]) -> list[int]:
+        return list(ids)
 
     # ---- worker registry ----------------------------------------------------------------
     def publish_worker(
@@ -642,6 +663,22 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
     async def aclose(self) -> None:
         await self._adb.aclose()
         await asyncio.to_thread(self.close)
+
+    # ---- waiting for results (job.wait) -------------------------------------------------
+    def _one_read(self) -> contextlib.AbstractContextManager[Any]:
+        return self._db.single()  # one statement: one round trip, its own snapshot
+
+    def _notify_finished(self, conn: Any) -> None:
+        """NOTIFY the waiters of every process, at the commit of ``conn``'s transaction."""
+        params = {"channel": self.settings.finished_channel}
+        conn.execute(self._queries["notify_finished"], params)
+
+    def subscribe_finished(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Also waits (at most LISTEN_WAIT s) until LISTEN is in place, so that a job
+        finishing anywhere after this returns is seen."""
+        unsubscribe = self._waiters.add(callback)
+        self._done_listener.listening.wait(LISTEN_WAIT)
+        return unsubscribe
 
 
 def _brief(outcome: Failed) -> str:

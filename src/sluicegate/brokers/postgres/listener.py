@@ -23,8 +23,10 @@ class Listener:
     """The watch loop of the broker's Subscribers: ``run`` in its thread, ``interrupt`` to
     stop it promptly; ``listening`` is set while LISTEN is in place."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, channel: str | None = None) -> None:
+        """``channel``: the settings' (work to claim) unless given (finished jobs)."""
         self.settings = settings
+        self.channel = settings.channel if channel is None else channel
         self.listening = threading.Event()
         # The loop sleeps in select() on its connection and this pair's reading end;
         # stopping writes to the other end (no periodic wake-ups while idle).
@@ -51,7 +53,7 @@ class Listener:
                     with psycopg.connect(
                         self.settings.dsn, autocommit=True, **CONNECT_DEFAULTS
                     ) as conn:
-                        conn.execute(f'LISTEN "{self.settings.channel}"')
+                        conn.execute(f'LISTEN "{self.channel}"')
                         if delay:
                             log.info("LISTEN connection restored")
                         delay = 0.0

@@ -89,5 +89,10 @@ class Settings:
         return f"{self.schema}_jobs"
 
     @property
+    def finished_channel(self) -> str:
+        """Where transactions that end jobs NOTIFY processes waiting for results."""
+        return f"{self.schema}_finished"
+
+    @property
     def server(self) -> str:
         return server_of(self.dsn)

@@ -76,6 +76,7 @@ from .connections import SYNC_MODES, Connections, parse_sqlite_url
 from .watch import Watcher
 
 ASYNC_THREADS = 2  # enqueue_async's threads per broker: writes take turns on one lock anyway
+FINISHED_BELLS = ".done"  # the doorbell folder's suffix for finished jobs (job.wait)
 MAX_GROUPS = 1000  # groups of equal needs a claim visits per queue (see gated_groups)
 WAL_LIMIT_MB = 32.0  # default wal_limit_mb: a WAL file past it is checkpointed and truncated
 
@@ -118,6 +119,13 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         self._subscribers = Subscribers(self._watcher.run, self._watcher.interrupt)
         self._executor: ThreadPoolExecutor | None = None  # enqueue_async's, made on first use
         self._executor_lock = threading.Lock()
+        # Waiters for results: a doorbell of their own (a ring after every ack must not
+        # wake claimers), no data_version check (the waiting hub's slow poll covers writers
+        # that cannot ring).
+        self._done_watcher = Watcher(
+            open_doorbell(self.path, FINISHED_BELLS), 1.0, lambda first: None
+        )
+        self._waiters = Subscribers(self._done_watcher.run, self._done_watcher.interrupt)
 
     def _now(self) -> float:
         return self._clock()
@@ -147,6 +155,8 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         self._close_executor()
         self._subscribers.stop()
         self._watcher.close()
+        self._waiters.stop()
+        self._done_watcher.close()
         self._db.close()
 
     # ---- producer side --------------------------------------------------
@@ -483,6 +493,8 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         requeued = sorted(JobId(r[id_at]) for r in rows if r[state_at] != JobState.DEAD)
         if requeued:
             self._announce()
+        if dead:
+            self._ended()
         return Recovery(requeued=requeued, dead=dead)
 
     # ---- limits --------------------------------------------------------------
@@ -658,6 +670,11 @@ class SQLiteBroker(OperatorActions, SQLBroker):
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
+
+    # ---- waiting for results (job.wait) ----------------------------------------------
+    def _ring_finished(self) -> None:
+        """Ring the processes waiting for results: with none, one failed folder listing."""
+        self._done_watcher.ring_others()
 
 
 def _error_json(outcome: Failed) -> str:

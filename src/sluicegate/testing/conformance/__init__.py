@@ -42,8 +42,9 @@ listings against a count of every job, whenever finished counts settle),
 (filtered listings and keyset pages), ``bulk_actions`` (retry and cancel by filter),
 ``history`` (a job's entries off the happy path), ``paused_queues`` (pause, resume
 and the paused set), ``async_producers`` (``enqueue_async`` and ``get_job_async``
-against their sync twins) and ``progress`` (a running job's progress, carried by
-heartbeats).
+against their sync twins), ``progress`` (a running job's progress, carried by
+heartbeats) and ``wait_results`` (waiting for a job's result: every outcome, sync and
+async, and what 1,000 waiters cost).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from . import (
     reference_model,
     registry,
     stats_counts,
+    wait_results,
 )
 from .async_producers import *  # noqa: F403
 from .bulk_actions import *  # noqa: F403
@@ -97,6 +99,7 @@ from .recovery_actions import *  # noqa: F403
 from .reference_model import *  # noqa: F403
 from .registry import *  # noqa: F403
 from .stats_counts import *  # noqa: F403
+from .wait_results import *  # noqa: F403
 
 # What ``import *`` hands a test module: the fixtures, then every test, in suite order.
 __all__ = [
@@ -119,4 +122,5 @@ __all__ = [
     *history.__all__,
     *paused_queues.__all__,
     *progress.__all__,
+    *wait_results.__all__,
 ]

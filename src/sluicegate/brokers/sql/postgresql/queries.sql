@@ -1082,3 +1082,17 @@ SELECT queue FROM resumed WHERE (SELECT count(*) FROM woke) >= 0;
 -- columns: queue, paused_by, paused_at
 SELECT queue, paused_by, extract(epoch FROM paused_at)::float8 AS paused_at
 FROM {schema}.paused_queues ORDER BY queue;
+
+-- name: finished_among
+-- columns: waited, job.*
+-- Of the waited ids, the finished jobs, and a row with NULL job columns for each id no
+-- job has: one primary-key probe per id, whatever the history.
+SELECT w.id AS waited, {job_columns:j}
+FROM unnest(%(ids)s::bigint[]) AS w(id) LEFT JOIN {schema}.jobs AS j ON j.id = w.id
+WHERE j.id IS NULL OR j.state IN ({terminal});
+
+-- name: notify_finished
+-- columns: notified
+-- Wakes the processes waiting for results (job.wait): once per transaction that ends
+-- jobs, no payload (identical notifications of one transaction are sent once anyway).
+SELECT pg_notify(%(channel)s, '') AS notified;

@@ -637,3 +637,11 @@ DELETE FROM paused_queues WHERE queue = :queue RETURNING queue;
 -- name: paused_queues
 -- columns: queue, paused_by, paused_at
 SELECT queue, paused_by, paused_at FROM paused_queues ORDER BY queue;
+
+-- name: finished_among
+-- columns: waited, job.*
+-- Of the waited ids (:ids, a JSON array), the finished jobs, and a row with NULL job
+-- columns for each id no job has: one primary-key probe per id, whatever the history.
+SELECT w.value AS waited, {job_columns:j}
+FROM json_each(:ids) AS w LEFT JOIN jobs AS j ON j.id = w.value
+WHERE j.id IS NULL OR j.state IN ({terminal});
