@@ -1,4 +1,4 @@
-"""The browser tests' fixtures: one Chromium for the session (Debian's, found by
+"""The browser tests' fixtures: one Chromium per test module (Debian's, found by
 browser_kit; skipped with the reason when absent, a failure when CI requires it) and a
 fresh context per test, whose script errors and CSP violations fail the test."""
 
@@ -14,7 +14,10 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
 
-@pytest.fixture(scope="session")
+# One Chromium per module, not per session: Playwright's sync API keeps an event loop
+# running in the main thread while it is open, and the tests after these (asyncio
+# producers, job.wait_async) call asyncio.run() there.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     chromium = need_browser()
     from playwright.sync_api import expect, sync_playwright
