@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sluicegate import App, Job
+from sluicegate import App, Job, JobState
 from sluicegate.brokers import Broker
 from sluicegate.task import Task
 from sluicegate.testing import run_released as run_released  # children released at once
@@ -186,6 +186,19 @@ class Fleet:
 
 
 # ---- process trees (process-pool tests) ------------------------------------------------
+
+
+def holders(
+    app: App, workers: Sequence[WorkerProcess], queues: Sequence[str]
+) -> list[WorkerProcess]:
+    """The workers that hold at least one job of ``queues`` right now (claimed or running)."""
+    held = [
+        job
+        for queue in queues
+        for state in (JobState.CLAIMED, JobState.RUNNING)
+        for job in app.broker.list_jobs(state, queue, limit=1000)
+    ]
+    return [w for w in workers if any(held_by(job, w.pid) for job in held)]
 
 
 def stop_all(workers: Sequence[WorkerProcess]) -> None:

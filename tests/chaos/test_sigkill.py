@@ -14,9 +14,17 @@ import time
 
 import chaosapp
 from sg_brokers import over_brokers
-from sg_harness import Fleet, WorkerProcess, counts, enqueue_batch, held_by, stop_all, wait_for
+from sg_harness import (
+    Fleet,
+    counts,
+    enqueue_batch,
+    held_by,
+    holders,
+    stop_all,
+    wait_for,
+)
 
-from sluicegate import App, JobState
+from sluicegate import App
 
 pytestmark = over_brokers
 
@@ -26,13 +34,6 @@ JOBS = 300
 KILLS = 6
 LEASE = 1.5
 POOL = f"chaos=chaos:{SLOTS}"
-
-
-def holders(app: App, workers: list[WorkerProcess]) -> list[WorkerProcess]:
-    """The workers that hold at least one job right now."""
-    held = app.broker.list_jobs(JobState.RUNNING, "chaos", limit=1000)
-    held += app.broker.list_jobs(JobState.CLAIMED, "chaos", limit=1000)
-    return [w for w in workers if any(held_by(job, w.pid) for job in held)]
 
 
 def test_sigkill_random_workers_mid_run(fleet: Fleet, producer: App, effects_db: str) -> None:
@@ -47,7 +48,7 @@ def test_sigkill_random_workers_mid_run(fleet: Fleet, producer: App, effects_db:
     deadline = time.monotonic() + 60
     while len(killed) < KILLS and counts(producer.broker, "chaos")["succeeded"] < JOBS * 0.9:
         assert time.monotonic() < deadline, f"no progress (seed {seed}):\n{fleet.logs()}"
-        busy = holders(producer, workers)  # mid-run: kill only a worker that holds jobs
+        busy = holders(producer, workers, ["chaos"])  # mid-run: kill only a worker that holds jobs
         if not busy:
             time.sleep(0.02)
             continue

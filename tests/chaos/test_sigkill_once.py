@@ -14,7 +14,7 @@ import time
 
 import chaosapp
 from sg_brokers import over_brokers
-from sg_harness import Fleet, WorkerProcess, counts, held_by, stop_all, wait_for
+from sg_harness import Fleet, counts, held_by, holders, stop_all, wait_for
 
 from sluicegate import App, Job, JobState
 
@@ -30,16 +30,6 @@ QUEUES = ("once", "once_p")
 
 def finished(app: App) -> int:
     return sum(counts(app.broker, q)[s] for q in QUEUES for s in ("succeeded", "dead"))
-
-
-def holders(app: App, workers: list[WorkerProcess]) -> list[WorkerProcess]:
-    held = [
-        job
-        for queue in QUEUES
-        for state in (JobState.CLAIMED, JobState.RUNNING)
-        for job in app.broker.list_jobs(state, queue, limit=1000)
-    ]
-    return [w for w in workers if any(held_by(job, w.pid) for job in held)]
 
 
 def test_sigkilled_workers_never_run_a_single_attempt_job_twice(
@@ -64,7 +54,7 @@ def test_sigkilled_workers_never_run_a_single_attempt_job_twice(
     deadline = time.monotonic() + 90
     while len(killed) < KILLS and finished(producer) < JOBS * 0.8:
         assert time.monotonic() < deadline, f"no progress (seed {seed}):\n{fleet.logs()}"
-        busy = holders(producer, workers)  # mid-run: kill only a worker that holds jobs
+        busy = holders(producer, workers, QUEUES)  # mid-run: kill only a worker that holds jobs
         if not busy:
             time.sleep(0.02)
             continue
