@@ -370,6 +370,19 @@ class App:
         text is not an integer's)."""
         return found(self.broker.get_job(job_id), job_id).bound(self)
 
+    # ---- cancelling ----
+    def cancel(self, job_id: int | str, by: str | None = None) -> Job:
+        """Cancel a job that has not finished; the job as it is now (``cancelled``).
+
+        A job waiting to run never starts. A running one is stopped within a heartbeat
+        (lease/3), at once where the broker's notification reaches its worker: an async
+        job's coroutine is cancelled; a process pool's child is killed and replaced; a
+        thread pool's task sees ``current_job().cancelled`` turn true and must return
+        (its slot stays busy until it does). Never retried; whatever the stopped attempt
+        returns is refused. ``by`` (default: user@host) is recorded in its history.
+        Raises JobNotFound, or InvalidTransition if it has finished."""
+        return self.broker.cancel(job_id, by=by).bound(self)
+
     # ---- paused queues ----
     def pause_queue(self, name: str, by: str | None = None) -> bool:
         """Stop every worker claiming from queue ``name`` within about a second; running

@@ -12,23 +12,34 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
+from .errors import JobCancelled
 from .job import Claim, Job, JobId, checked_progress
 
 # Where a running attempt's progress goes: the worker keeps the latest per claim and the
 # next batched heartbeat writes it (a process child forwards it to its parent first).
 ProgressSink = Callable[[Claim, float, str | None], None]
+# Whether a running attempt should stop (cancelled, its lease lost, past a thread's
+# timeout): the worker answers from its own state, with no broker call.
+StopCheck = Callable[[Claim], bool]
 
 
 class RunningJob:
     """The attempt being run. Reads fall through to the claimed ``Job`` (``id``,
     ``attempts``, ``args``, ...); calls speak for this attempt, fenced by its claim."""
 
-    __slots__ = ("_sink", "claim", "job")
+    __slots__ = ("_sink", "_stopped", "claim", "job")
 
-    def __init__(self, job: Job, claim: Claim, sink: ProgressSink | None = None) -> None:
+    def __init__(
+        self,
+        job: Job,
+        claim: Claim,
+        sink: ProgressSink | None = None,
+        stopped: StopCheck | None = None,
+    ) -> None:
         self.job = job
         self.claim = claim
         self._sink = sink
+        self._stopped = stopped
 
     def __getattr__(self, name: str) -> Any:  # any other Job field, as claimed
         if name in RunningJob.__slots__:  # not set yet (a copy being built): no recursion
@@ -63,6 +74,21 @@ class RunningJob:
         value, text = checked_progress(fraction, message)
         if self._sink is not None:  # None: run outside a worker (a direct call in a test)
             self._sink(self.claim, value, text)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once this attempt should stop: the job was cancelled, or its lease was
+        lost (its outcome will be refused), or, in a thread pool, it ran past its timeout.
+        A thread cannot be killed, so a long task in a thread pool checks this (or calls
+        ``raise_if_cancelled``) between steps; its slot stays busy until it returns. An
+        async job is cancelled and a process child killed without asking."""
+        return self._stopped is not None and self._stopped(self.claim)
+
+    def raise_if_cancelled(self) -> None:
+        """Raise JobCancelled if ``cancelled``: the way out of a long task in a thread
+        pool. Do not catch it: what the attempt returns no longer counts anyway."""
+        if self.cancelled:
+            raise JobCancelled(self.job.id, "this attempt was stopped")
 
 
 _current: ContextVar[RunningJob | None] = ContextVar("sluicegate_current_job", default=None)

@@ -94,8 +94,9 @@ class JobFailed(SluicegateError):
 
 
 class JobCancelled(SluicegateError):
-    """The job waited for was cancelled before it finished."""
+    """The job waited for was cancelled before it finished; inside a task,
+    ``current_job().raise_if_cancelled()`` raises it to end a stopped attempt."""
 
-    def __init__(self, job_id: int) -> None:
+    def __init__(self, job_id: int, detail: str = "was cancelled") -> None:
         self.job_id = job_id
-        super().__init__(f"job {job_id} was cancelled")
+        super().__init__(f"job {job_id} {detail}")

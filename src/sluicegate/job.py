@@ -137,7 +137,7 @@ class Happened(StrEnum):
     RECOVERED = "recovered"  # its lease expired without a heartbeat: ready, or dead
     WORKER_LOST = "worker_lost"  # its worker's process was seen gone: ready, or dead
     RELEASED = "released"  # handed back at a shutdown, its attempt refunded
-    CANCELLED = "cancelled"  # by an operator ("from": the state it left)
+    CANCELLED = "cancelled"  # by an operator ("from": the state it left, "by": who asked)
     RETRIED = "retried"  # revived by an operator ("from": dead or cancelled)
 
 
@@ -145,7 +145,7 @@ HISTORY_CAP = 50  # entries a job keeps; past it the oldest goes, so a row stays
 HISTORY_MESSAGE = 500  # characters of an error's message an entry keeps (last_error: all)
 
 
-ENTRY_KEYS = ("at", "event", "attempt", "worker", "from", "error", "retry_at", "dead")
+ENTRY_KEYS = ("at", "event", "attempt", "worker", "from", "by", "error", "retry_at", "dead")
 
 
 def history_entry(at: float, happened: Happened, attempt: int, **fields: Any) -> dict[str, Any]:
@@ -225,11 +225,13 @@ def checked_progress(fraction: object, message: object = None) -> tuple[float, s
 
 
 class Waiter(Protocol):
-    """What a Job's ``wait`` goes back to: the App that stored or read it."""
+    """What a Job's ``wait`` and ``cancel`` go back to: the App that stored or read it."""
 
     def wait(self, job_id: int | str, timeout: float | None = None) -> Any: ...
 
     async def wait_async(self, job_id: int | str, timeout: float | None = None) -> Any: ...
+
+    def cancel(self, job_id: int | str, by: str | None = None) -> Job: ...
 
 
 @dataclass(frozen=True)  # not slotted: from_fields below needs a __dict__
@@ -297,6 +299,10 @@ class Job:
         """``wait`` for asyncio: never blocks the event loop."""
         return await self._way_back().wait_async(self.id, timeout)
 
+    def cancel(self, by: str | None = None) -> Job:
+        """Cancel this job (``App.cancel``): the job as it is now, cancelled."""
+        return self._way_back().cancel(self.id, by)
+
     def _way_back(self) -> Waiter:
         # Not a field (never compared, shown, stored, or carried by dataclasses.replace):
         # an entry of this instance's __dict__, set by ``bound``.
@@ -305,9 +311,9 @@ class Job:
             from .errors import ConfigError
 
             raise ConfigError(
-                f"job {self.id} has no app to wait through: it was not handed out by "
-                "App.enqueue, App.get_job or Task.enqueue (built or copied elsewhere); "
-                f"use app.wait({self.id})"
+                f"job {self.id} has no app to wait or cancel through: it was not handed out "
+                "by App.enqueue, App.get_job or Task.enqueue (built or copied elsewhere); "
+                f"use app.wait({self.id}) or app.cancel({self.id})"
             )
         return waiter
 

@@ -269,6 +269,7 @@ def test_postgres_bulk_actions_pick_from_index_ranges(pg: tuple[Any, int], name:
         if (name == "revive_matching") != (state is S.DEAD):
             continue
         params = {"state": state.value, "queue": queue, "task": task, "limit": 5, "now": None}
+        params["by"] = "ops"
         with psycopg.connect(broker.dsn) as conn:
             conn.execute("SET plan_cache_mode = force_custom_plan")
             conn.execute("SET enable_bitmapscan = off")

@@ -64,7 +64,7 @@ def sqlite(tmp_path: Path) -> Iterator[SQLiteBroker]:
 def sqlite_plan(broker: SQLiteBroker, name: str, **params: Any) -> list[str]:
     values = {"now": broker._now(), "batch": "[]", "chunk": 1000, "bound": 5, "id": 1,
               "state": "succeeded", "queue": "q", "limit": 100, "token": 1, "cutoff": 0.0,
-              "upto": 2**63 - 1, "ids": "[1]", **params}  # fmt: skip
+              "upto": 2**63 - 1, "ids": "[1]", "by": None, **params}  # fmt: skip
     with broker._db.read() as conn:
         rows = conn.execute("EXPLAIN QUERY PLAN " + broker._queries[name], values).fetchall()
     return [row[3] for row in rows]

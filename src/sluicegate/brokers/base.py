@@ -26,11 +26,13 @@ from typing import Any
 from ..codec import loads
 from ..errors import ConfigError, InvalidTransition, JobNotFound, LeaseLost
 from ..job import (
+    HELD,
     TERMINAL,
     Claim,
     ClaimedJob,
     ErrorInfo,
     Event,
+    Happened,
     Job,
     JobId,
     JobSpec,
@@ -98,21 +100,20 @@ class PausedQueue:
         return {"queue": self.queue, "paused_by": self.paused_by, "paused_at": self.paused_at}
 
 
-PAUSED_BY_MAX = 200  # characters of ``by``: it is shown in tables, not a document
+BY_MAX = 200  # characters of ``by``: it is shown in tables, not a document
 
 
-def pauser(by: str | None) -> str:
-    """Who pauses a queue: ``by`` checked, or this process's user@host."""
+def who_asked(by: str | None, action: str = "pause") -> str:
+    """Who asks for an operator action (a pause, a cancel), as the broker records it:
+    ``by`` checked, or this process's user@host."""
     if by is None:
         try:
             user = getpass.getuser()
         except (KeyError, OSError):  # no name for this uid (a container)
             user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
-        return f"{user}@{socket.gethostname()}"[:PAUSED_BY_MAX]
-    if not isinstance(by, str) or not by.strip() or len(by) > PAUSED_BY_MAX:
-        raise ConfigError(
-            f"invalid pause 'by' {by!r}: must be text of 1-{PAUSED_BY_MAX} characters"
-        )
+        return f"{user}@{socket.gethostname()}"[:BY_MAX]
+    if not isinstance(by, str) or not by.strip() or len(by) > BY_MAX:
+        raise ConfigError(f"invalid {action} 'by' {by!r}: must be text of 1-{BY_MAX} characters")
     return by
 
 
@@ -221,6 +222,14 @@ def refusal(event: Event, job_id: int, state: str | None) -> JobNotFound | Inval
     if state is None:
         return JobNotFound(f"job {job_id} not found")
     return InvalidTransition(f"cannot {VERBS[event]} job {job_id}: it is {state}")
+
+
+def was_held(job: Job) -> bool:
+    """A job just cancelled was claimed or running: some worker has work to stop."""
+    last = job.history[-1] if job.history else {}
+    return last.get("event") == Happened.CANCELLED.value and last.get("from") in {
+        s.value for s in HELD
+    }
 
 
 def cancellable(state: JobState | str) -> JobState:
@@ -488,9 +497,12 @@ class Broker(ABC):
 
     # ---- operator actions ----------------------------------------------
     @abstractmethod
-    def cancel(self, job_id: int | str) -> Job:
-        """Cancel a non-terminal job. Raises JobNotFound or InvalidTransition (and
-        InvalidJobId for an id that is not an integer or its decimal text: ``job_id_of``)."""
+    def cancel(self, job_id: int | str, *, by: str | None = None) -> Job:
+        """Cancel a non-terminal job; ``by`` (who asks: ``who_asked``, user@host when None)
+        goes in its history entry. A claimed or running job's outcome is refused from then on, and the worker
+        running it hears of it (``subscribe_cancelled``) and stops it. Raises JobNotFound
+        or InvalidTransition (and InvalidJobId for an id that is not an integer or its
+        decimal text: ``job_id_of``)."""
 
     @abstractmethod
     def retry(self, job_id: int | str) -> Job:
@@ -517,6 +529,7 @@ class Broker(ABC):
         queue: str | None = None,
         task: str | None = None,
         limit: int = 1000,
+        by: str | None = None,
     ) -> int:
         """Jobs in ``state`` of ``queue`` and ``task`` (None: any) cancelled, each as
         ``cancel`` would (a claimed or running job's later outcome is refused): at most
@@ -649,7 +662,7 @@ class Broker(ABC):
         """Stop every worker claiming from ``queue`` (within about a second; running jobs
         finish). Any valid name may be paused, used or not. True: this call paused it;
         False: it was paused already (the first pause, and its ``by``, stay)."""
-        return self._pause_queue(check_name("queue", queue), pauser(by))
+        return self._pause_queue(check_name("queue", queue), who_asked(by))
 
     def resume_queue(self, queue: str) -> bool:
         """Let workers claim from ``queue`` again. False: it was not paused."""
@@ -690,6 +703,14 @@ class Broker(ABC):
     def finished_jobs(self, ids: Sequence[JobId]) -> Finished:
         """Of ``ids``, the jobs that have finished and the ids no job has, in ONE query:
         what a process's waiting hub reads on each wake-up for all its waiters at once."""
+
+    @abstractmethod
+    def subscribe_cancelled(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (from any thread) soon after a claimed or running job may have
+        been cancelled: from this process at once, from others where the broker can see
+        them (PostgreSQL: NOTIFY on the schema's "cancelled" channel; SQLite: a doorbell).
+        No payload: a worker renews its leases at once, and the claims found lost are
+        the cancelled ones it holds. Returns a function that unsubscribes."""
 
     @abstractmethod
     def subscribe_finished(self, callback: Callable[[], None]) -> Callable[[], None]:

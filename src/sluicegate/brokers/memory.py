@@ -67,6 +67,7 @@ from .base import (
     stored_pools,
     unique_key_taken,
     unknown_limit,
+    who_asked,
     worker_died_error,
     worker_lost_error,
     worker_record,
@@ -93,6 +94,7 @@ class MemoryBroker(Broker):
         self._subscribers = Subscribers()
         self._paused: dict[str, PausedQueue] = {}
         self._waiters = Subscribers()  # waiters (subscribe_finished)
+        self._cancels = Subscribers()  # workers told of cancelled running jobs
 
     # ---- helpers --------------------------------------------------------------
     @staticmethod
@@ -127,6 +129,7 @@ class MemoryBroker(Broker):
     def close(self) -> None:
         self._subscribers.stop()
         self._waiters.stop()
+        self._cancels.stop()
 
     # ---- producer side ----------------------------------------------------------
     def enqueue(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
@@ -542,14 +545,19 @@ class MemoryBroker(Broker):
             raise refusal(event, job_id, job.state.value if job else None)
         return job
 
-    def cancel(self, job_id: int | str) -> Job:
+    def cancel(self, job_id: int | str, *, by: str | None = None) -> Job:
         job_id = job_id_of(job_id)
+        by = who_asked(by, "cancel")
         with self._lock:
-            cancelled = self._cancel(self._get(job_id, Event.CANCEL), self._clock())
+            job = self._get(job_id, Event.CANCEL)
+            held = job.state in HELD
+            cancelled = self._cancel(job, self._clock(), by)
         self._waiters.notify_local()
+        if held:
+            self._cancels.notify_local()
         return cancelled
 
-    def _cancel(self, job: Job, now: float) -> Job:
+    def _cancel(self, job: Job, now: float, by: str | None) -> Job:
         held_by = job.worker_id if job.state in HELD else None
         return self._set(
             job,
@@ -557,9 +565,12 @@ class MemoryBroker(Broker):
             finished_at=now,
             lease_expires_at=None,
             history=self._noted(
-                job, now, Happened.CANCELLED, worker=held_by, **{"from": job.state.value}
+                job, now, Happened.CANCELLED, worker=held_by, by=by, **{"from": job.state.value}
             ),
         )
+
+    def subscribe_cancelled(self, callback: Callable[[], None]) -> Callable[[], None]:
+        return self._cancels.add(callback)
 
     def retry(self, job_id: int | str) -> Job:
         job_id = job_id_of(job_id)
@@ -612,15 +623,19 @@ class MemoryBroker(Broker):
         queue: str | None = None,
         task: str | None = None,
         limit: int = 1000,
+        by: str | None = None,
     ) -> int:
         matching = Listing(cancellable(state), queue, task)
+        by = who_asked(by, "cancel")
         with self._lock:
             now = self._clock()
             picked = [j for j in self._jobs.values() if matching.matches(j)][: max(limit, 0)]
             for job in picked:
-                self._cancel(job, now)
+                self._cancel(job, now, by)
         if picked:
             self._waiters.notify_local()
+            if matching.state in HELD:
+                self._cancels.notify_local()
         return len(picked)
 
     # ---- retention -----------------------------------------------------------------

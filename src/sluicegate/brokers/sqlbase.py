@@ -24,6 +24,7 @@ from typing import Any, ClassVar, TypeVar
 from ..codec import dumps, loads
 from ..errors import ConfigError
 from ..job import (
+    HELD,
     Claim,
     ClaimedJob,
     ErrorInfo,
@@ -53,6 +54,8 @@ from .base import (
     refusal,
     stored_pools,
     unique_key_taken,
+    was_held,
+    who_asked,
     worker_record,
 )
 from .listing import MAX_ID, SQLListings
@@ -354,6 +357,7 @@ class SQLBroker(SQLListings, Broker):
     _jobs: dict[str, JobRows]  # per query that returns job rows
     _subscribers: Subscribers
     _waiters: Subscribers  # processes waiting for results (subscribe_finished)
+    _cancels: Subscribers  # workers told of cancelled running jobs (subscribe_cancelled)
     migrations_applied: list[int]
 
     def _load_queries(self, values: Mapping[str, Value]) -> None:
@@ -509,9 +513,11 @@ class SQLBroker(SQLListings, Broker):
         """One transaction, one statement per non-empty group; returns the lost claims."""
 
     # ---- operator actions ----------------------------------------------------------------
-    def cancel(self, job_id: int | str) -> Job:
-        job = self._operator_action(Event.CANCEL, job_id_of(job_id))
+    def cancel(self, job_id: int | str, *, by: str | None = None) -> Job:
+        job = self._operator_action(Event.CANCEL, job_id_of(job_id), who_asked(by, "cancel"))
         self._ended()
+        if was_held(job):
+            self._cancelled()
         return job
 
     def retry(self, job_id: int | str) -> Job:
@@ -523,19 +529,22 @@ class SQLBroker(SQLListings, Broker):
         self._announce()
         return job
 
-    def _operator_action(self, event: Event, job_id: int) -> Job:
+    def _operator_action(self, event: Event, job_id: int, by: str | None = None) -> Job:
         query = "cancel" if event is Event.CANCEL else "revive"
         if not self._may_exist(job_id):
             raise refusal(event, job_id, None)
-        job, current = self._apply_one(query, job_id)
+        job, current = self._apply_one(query, job_id, by)
         if job is None:
             raise refusal(event, job_id, current)
         return job
 
     @abstractmethod
-    def _apply_one(self, query: str, job_id: int) -> tuple[Job | None, str | None]:
+    def _apply_one(self, query: str, job_id: int, by: str | None) -> tuple[Job | None, str | None]:
         """Run an operator action's statement on one job in one transaction: the job as it
-        left it, or None and the job's current state (None too when there is no such job)."""
+        left it, or None and the job's current state (None too when there is no such job).
+        ``by``: who asked, for a cancel's history entry. A cancel of a held job tells the
+        workers of every process (PostgreSQL: NOTIFY with the commit; SQLite: the caller
+        rings ``_cancelled``)."""
 
     def retry_matching(
         self, *, queue: str | None = None, task: str | None = None, limit: int = 1000
@@ -552,11 +561,15 @@ class SQLBroker(SQLListings, Broker):
         queue: str | None = None,
         task: str | None = None,
         limit: int = 1000,
+        by: str | None = None,
     ) -> int:
         state = cancellable(state)
-        cancelled = self._cancel_matching(state, queue, task, limit) if limit > 0 else 0
+        by = who_asked(by, "cancel")
+        cancelled = self._cancel_matching(state, queue, task, limit, by) if limit > 0 else 0
         if cancelled:
             self._ended()
+            if state in HELD:
+                self._cancelled()
         return cancelled
 
     @abstractmethod
@@ -566,9 +579,10 @@ class SQLBroker(SQLListings, Broker):
 
     @abstractmethod
     def _cancel_matching(
-        self, state: JobState, queue: str | None, task: str | None, limit: int
+        self, state: JobState, queue: str | None, task: str | None, limit: int, by: str | None
     ) -> int:
-        """``cancel_matching`` in one transaction; returns how many."""
+        """``cancel_matching`` in one transaction; returns how many. Held jobs cancelled
+        tell the workers as ``_apply_one`` says."""
 
     # ---- migrations ----------------------------------------------------------------------
     def _migrations(self) -> list[Migration]:
@@ -637,6 +651,20 @@ class SQLBroker(SQLListings, Broker):
 
     def subscribe_finished(self, callback: Callable[[], None]) -> Callable[[], None]:
         return self._waiters.add(callback)
+
+    # ---- cancels of running work (workers stop it) -----------------------------------
+    def _cancelled(self) -> None:
+        """After a commit that cancelled held jobs: wake this process's workers, and
+        others (``_ring_cancelled``)."""
+        self._cancels.notify_local()
+        self._ring_cancelled()
+
+    def _ring_cancelled(self) -> None:
+        """Wake other processes' workers, for a dialect that cannot do so in the write's
+        own SQL (PostgreSQL's NOTIFY goes out with the commit instead)."""
+
+    def subscribe_cancelled(self, callback: Callable[[], None]) -> Callable[[], None]:
+        return self._cancels.add(callback)
 
     def _one_read(self) -> contextlib.AbstractContextManager[Any]:
         """A connection for one read statement, on the waiters' path: every round trip

@@ -203,9 +203,17 @@ def jobs_retry(job_id: str, broker_url: str | None) -> None:
 
 @jobs.command("cancel")
 @click.argument("job_id")
+@click.option("--by", metavar="TEXT", help="Who cancels it, kept in its history (user@host).")
 @broker_option
 @friendly_errors
-def jobs_cancel(job_id: str, broker_url: str | None) -> None:
-    """Cancel a job that has not finished. A running job's outcome is then refused."""
-    job = open_app(broker_url).broker.cancel(job_id)
-    click.echo(f"job {job.id} is {job.state.value}")
+def jobs_cancel(job_id: str, by: str | None, broker_url: str | None) -> None:
+    """Cancel a job that has not finished. A running one is stopped within a heartbeat:
+    an async job's coroutine is cancelled, a process pool's child killed and replaced, and
+    a thread pool's task sees current_job().cancelled (its slot is busy until it returns).
+    It is never retried, and `jobs show` records who cancelled it and when."""
+    job = open_app(broker_url).cancel(job_id, by=by)
+    entry = job.history[-1] if job.history else {}
+    was = entry.get("from")
+    where = f" on worker {entry['worker']}" if entry.get("worker") else ""
+    stopping = f"; it was {was}{where}, which stops it" if was in ("claimed", "running") else ""
+    click.echo(f"job {job.id} is {job.state.value}{stopping}")

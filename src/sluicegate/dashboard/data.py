@@ -216,9 +216,9 @@ class Source:
         self.forget()
         return self.broker.retry(job_id)
 
-    def cancel(self, job_id: int) -> Job:
+    def cancel(self, job_id: int, by: str | None = None) -> Job:
         self.forget()
-        return self.broker.cancel(job_id)
+        return self.broker.cancel(job_id, by=by)
 
     def retry_matching(self, queue: str | None, task: str | None) -> int:
         """Dead jobs of the filter back to ready, up to BULK_PER_REQUEST, a broker batch
@@ -234,7 +234,9 @@ class Source:
                 break
         return done
 
-    def cancel_matching(self, state: JobState, queue: str | None, task: str | None) -> int:
+    def cancel_matching(
+        self, state: JobState, queue: str | None, task: str | None, by: str | None = None
+    ) -> int:
         """Unfinished jobs of the filter cancelled, up to BULK_PER_REQUEST, a broker batch
         at a time."""
         if state in TERMINAL:
@@ -243,7 +245,11 @@ class Source:
         done = 0
         while done < BULK_PER_REQUEST:
             n = self.broker.cancel_matching(
-                state=state, queue=queue, task=task, limit=min(BULK, BULK_PER_REQUEST - done)
+                state=state,
+                queue=queue,
+                task=task,
+                limit=min(BULK, BULK_PER_REQUEST - done),
+                by=by,
             )
             done += n
             if n == 0:

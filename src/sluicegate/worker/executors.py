@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from ..job import ClaimedJob
+from ..job import Claim, ClaimedJob
 from ..outcomes import Report
 
 
@@ -41,3 +41,8 @@ class Executor(Protocol[ItemT_contra]):
 
     def stop(self) -> None:
         """Stop taking work; in-flight items may still finish and report."""
+
+    def interrupt(self, claim: Claim) -> None:
+        """Stop ``claim``'s attempt if it runs here, as this model can (called from the
+        worker's main thread). Its report still comes, through ``on_done``, and frees
+        the slot; the worker ignores what it says."""

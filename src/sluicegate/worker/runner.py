@@ -10,7 +10,7 @@ import asyncio
 from typing import Any
 
 from ..codec import encode_result
-from ..context import ProgressSink, RunningJob, reset_current, set_current
+from ..context import ProgressSink, RunningJob, StopCheck, reset_current, set_current
 from ..errors import LeaseLost
 from ..job import ClaimedJob
 from ..outcomes import Buried, Failed, Outcome, Report, Settled, Succeeded
@@ -24,9 +24,10 @@ def run_job(
     claimed: ClaimedJob,
     result_limit: int,
     progress: ProgressSink | None = None,
+    stopped: StopCheck | None = None,
 ) -> Outcome:
     job = claimed.job
-    token = set_current(RunningJob(job, claimed.claim, progress))
+    token = set_current(RunningJob(job, claimed.claim, progress, stopped))
     try:
         value = fn(*job.args, **job.kwargs)
         return Succeeded(claimed.claim, encode_result(value, result_limit))
@@ -43,6 +44,7 @@ def run_transactional(
     result_limit: int,
     store: TransactionalStore,
     progress: ProgressSink | None = None,
+    stopped: StopCheck | None = None,
 ) -> Report:
     """Run a transactional task: its writes and the ack commit in one transaction.
 
@@ -51,7 +53,7 @@ def run_transactional(
     either applies the retry or finds the ack already committed, never both.
     """
     job = claimed.job
-    token = set_current(RunningJob(job, claimed.claim, progress))
+    token = set_current(RunningJob(job, claimed.claim, progress, stopped))
     try:
         with store.transaction() as conn:
             value = fn(*job.args, connection=conn, **job.kwargs)
@@ -72,10 +74,11 @@ async def run_job_async(
     result_limit: int,
     timeout: float | None,
     progress: ProgressSink | None = None,
+    stopped: StopCheck | None = None,
 ) -> Outcome:
     """Await a coroutine task; ``timeout`` cancels it and fails the attempt."""
     job = claimed.job
-    token = set_current(RunningJob(job, claimed.claim, progress))
+    token = set_current(RunningJob(job, claimed.claim, progress, stopped))
     deadline = asyncio.timeout(timeout)
     try:
         async with deadline:

@@ -253,12 +253,14 @@ class Worker:
         if self.exporter is not None:
             self.exporter.start()
         unsubscribe = self.broker.subscribe(self._on_wakeup)
+        unsubscribe_cancels = self.broker.subscribe_cancelled(self._on_cancel_notice)
         log.info("worker %s started: %s", self.worker_id, self._describe())
         try:
             while not self._turn():
                 pass
         finally:
             unsubscribe()
+            unsubscribe_cancels()
             for service in reversed(self.services):
                 try:
                     service.stop()
@@ -329,9 +331,17 @@ class Worker:
             service.wake()
         self._wake.set()
 
+    def _on_cancel_notice(self) -> None:
+        """Running jobs were cancelled somewhere (any thread): renew the leases now, so
+        the heartbeat finds which of ours, rather than up to lease/3 from now."""
+        self.leases.beat_soon()
+        self._wake.set()
+
     def _abandon(self, claim: Claim) -> None:
-        """A lost lease: the job's outcome, whenever it comes, no longer counts."""
-        self.dispatcher.abandon(claim)
+        """A lost lease (cancelled, or expired and maybe held elsewhere now): the job's
+        outcome, whenever it comes, no longer counts, and its attempt is stopped."""
+        self.dispatcher.stop_attempt(claim)
+        self.results.lost(claim)
 
     def _describe(self) -> str:
         return ", ".join(

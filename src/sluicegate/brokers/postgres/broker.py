@@ -45,6 +45,7 @@ from ..base import (
     WorkerInfo,
     WorkerList,
     private_folder,
+    was_held,
     worker_died_error,
 )
 from ..sqlbase import Row, SQLBroker, matched, paused_rows, worker_params, worker_records
@@ -146,6 +147,10 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         # Waiters for results: a LISTEN connection of their own, opened on the first wait.
         self._done_listener = Listener(settings, settings.finished_channel)
         self._waiters = Subscribers(self._done_listener.run, self._done_listener.interrupt)
+        # Workers told of cancelled running jobs: LISTEN on a connection of their own,
+        # opened when a worker starts (only a cancel of held jobs NOTIFYs there).
+        self._cancel_listener = Listener(settings, settings.cancel_channel)
+        self._cancels = Subscribers(self._cancel_listener.run, self._cancel_listener.interrupt)
 
     def _now(self) -> float | None:
         return self._clock() if self._clock is not None else None
@@ -160,6 +165,8 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         self._adb.close()
         self._waiters.stop()
         self._done_listener.close()
+        self._cancels.stop()
+        self._cancel_listener.close()
         self._db.close()
 
     # ---- migrations ---------------------------------------------------------------------
@@ -439,20 +446,23 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         self._fate.remember([claim])
 
     # ---- operator actions ---------------------------------------------------------------
-    def _apply_one(self, query: str, job_id: int) -> tuple[Job | None, str | None]:
+    def _apply_one(self, query: str, job_id: int, by: str | None) -> tuple[Job | None, str | None]:
         get = self._queries["get_job"]
         with self._db.transaction() as conn:
-            params = {"id": job_id, "now": self._now()}
+            params = {"id": job_id, "now": self._now(), "by": by}
             if query == "revive":  # a settled job leaves the counts (nothing if not revived)
                 conn.execute(self._queries["lock_horizon"])
                 conn.execute(self._queries["unsettle_revived"], params)
             row = conn.execute(self._queries[query], params).fetchone()
             if row is not None:
+                job = self._jobs[query].job(row)
                 if query == "revive":
                     self._notify_queues(conn, [row[self._queries[query].at["queue"]]])
                 else:
                     self._notify_finished(conn)
-                return self._jobs[query].job(row), None
+                    if was_held(job):
+                        self._notify_cancelled(conn)
+                return job, None
             current = conn.execute(get, {"id": job_id}).fetchone()
         return None, current[get.at["state"]] if current else None
 
@@ -475,14 +485,16 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         raise AssertionError("unreachable")
 
     def _cancel_matching(
-        self, state: JobState, queue: str | None, task: str | None, limit: int
+        self, state: JobState, queue: str | None, task: str | None, limit: int, by: str | None
     ) -> int:
         query = self._queries["cancel_matching"]
-        params = {"state": state.value, "queue": queue, "task": task, "limit": limit}
+        params = {"state": state.value, "queue": queue, "task": task, "limit": limit, "by": by}
         with self._filtered() as conn:
             cancelled = len(conn.execute(query, {**params, "now": self._now()}).fetchall())
             if cancelled:
                 self._notify_finished(conn)
+                if state in HELD:
+                    self._notify_cancelled(conn)
         return cancelled
 
     # ---- read side ----------------------------------------------------------------------
@@ -672,6 +684,18 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         """NOTIFY the waiters of every process, at the commit of ``conn``'s transaction."""
         params = {"channel": self.settings.finished_channel}
         conn.execute(self._queries["notify_finished"], params)
+
+    def _notify_cancelled(self, conn: Any) -> None:
+        """NOTIFY the workers of every process, at the commit: held jobs were cancelled."""
+        params = {"channel": self.settings.cancel_channel}
+        conn.execute(self._queries["notify_finished"], params)
+
+    def subscribe_cancelled(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Also waits (at most LISTEN_WAIT s) until LISTEN is in place, as
+        ``subscribe_finished`` does."""
+        unsubscribe = self._cancels.add(callback)
+        self._cancel_listener.listening.wait(LISTEN_WAIT)
+        return unsubscribe
 
     def subscribe_finished(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Also waits (at most LISTEN_WAIT s) until LISTEN is in place, so that a job

@@ -94,5 +94,10 @@ class Settings:
         return f"{self.schema}_finished"
 
     @property
+    def cancel_channel(self) -> str:
+        """Where cancels of claimed or running jobs NOTIFY the workers, to stop them."""
+        return f"{self.schema}_cancelled"
+
+    @property
     def server(self) -> str:
         return server_of(self.dsn)

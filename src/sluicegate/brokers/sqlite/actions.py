@@ -23,21 +23,24 @@ class OperatorActions(SQLListings):
     _db: Connections
     _clock: Callable[[], float]
 
-    def _apply_one(self, query: str, job_id: int) -> tuple[Job | None, str | None]:
+    def _apply_one(self, query: str, job_id: int, by: str | None) -> tuple[Job | None, str | None]:
         get = self._queries["get_job"]
         with self._db.write() as conn:
-            changed = self._apply_ids(conn, query, [job_id])
+            changed = self._apply_ids(conn, query, [job_id], by)
             row = conn.execute(get, {"id": job_id}).fetchone()
         if changed:
             return self._jobs["get_job"].job(row), None
         return None, row[get.at["state"]] if row else None
 
-    def _apply_ids(self, conn: sqlite3.Connection, query: str, ids: Sequence[int]) -> int:
+    def _apply_ids(
+        self, conn: sqlite3.Connection, query: str, ids: Sequence[int], by: str | None = None
+    ) -> int:
         """``cancel`` or ``revive`` on jobs by id; returns how many it changed. A revival
-        takes settled jobs out of the counts first (nothing for a job it does not revive)."""
+        takes settled jobs out of the counts first (nothing for a job it does not revive).
+        ``by``: who asked, for a cancel's history entry."""
         if not ids:
             return 0
-        params = {"ids": dumps(ids), "now": self._clock()}
+        params = {"ids": dumps(ids), "now": self._clock(), "by": by}
         if query == "revive":
             conn.execute(self._queries["unsettle_revived"], params)
         return int(conn.execute(self._queries[query], params).rowcount)
@@ -49,11 +52,11 @@ class OperatorActions(SQLListings):
             return self._apply_ids(conn, "revive", one_per_key(picked))
 
     def _cancel_matching(
-        self, state: JobState, queue: str | None, task: str | None, limit: int
+        self, state: JobState, queue: str | None, task: str | None, limit: int, by: str | None
     ) -> int:
         with self._db.write() as conn:
             picked = self._matching(conn, state, queue, task, limit, free_key=False)
-            return self._apply_ids(conn, "cancel", [job_id for job_id, _ in picked])
+            return self._apply_ids(conn, "cancel", [job_id for job_id, _ in picked], by)
 
     def _matching(
         self,

@@ -77,6 +77,7 @@ from .watch import Watcher
 
 ASYNC_THREADS = 2  # enqueue_async's threads per broker: writes take turns on one lock anyway
 FINISHED_BELLS = ".done"  # the doorbell folder's suffix for finished jobs (job.wait)
+CANCEL_BELLS = ".cancels"  # ... for cancels of running jobs (workers stop them)
 MAX_GROUPS = 1000  # groups of equal needs a claim visits per queue (see gated_groups)
 WAL_LIMIT_MB = 32.0  # default wal_limit_mb: a WAL file past it is checkpointed and truncated
 
@@ -126,6 +127,12 @@ class SQLiteBroker(OperatorActions, SQLBroker):
             open_doorbell(self.path, FINISHED_BELLS), 1.0, lambda first: None
         )
         self._waiters = Subscribers(self._done_watcher.run, self._done_watcher.interrupt)
+        # Workers told of cancelled running jobs: a doorbell of their own, rung only by a
+        # cancel of held jobs (their heartbeat finds the rest within a lease/3).
+        self._cancel_watcher = Watcher(
+            open_doorbell(self.path, CANCEL_BELLS), 1.0, lambda first: None
+        )
+        self._cancels = Subscribers(self._cancel_watcher.run, self._cancel_watcher.interrupt)
 
     def _now(self) -> float:
         return self._clock()
@@ -157,6 +164,8 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         self._watcher.close()
         self._waiters.stop()
         self._done_watcher.close()
+        self._cancels.stop()
+        self._cancel_watcher.close()
         self._db.close()
 
     # ---- producer side --------------------------------------------------
@@ -675,6 +684,9 @@ class SQLiteBroker(OperatorActions, SQLBroker):
     def _ring_finished(self) -> None:
         """Ring the processes waiting for results: with none, one failed folder listing."""
         self._done_watcher.ring_others()
+
+    def _ring_cancelled(self) -> None:
+        self._cancel_watcher.ring_others()
 
 
 def _error_json(outcome: Failed) -> str:

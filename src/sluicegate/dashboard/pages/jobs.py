@@ -171,7 +171,8 @@ async def retry_one(request: Request, form: Form) -> Response:
 async def cancel_one(request: Request, form: Form) -> Response:
     job_id = request.path_params["job_id"]
     try:
-        found = await run_in_threadpool(dashboard(request).source.cancel, job_id)
+        source = dashboard(request).source
+        found = await run_in_threadpool(source.cancel, job_id, _asker(request))
     except SluicegateError as exc:
         return back(request, form, "error", str(exc))
     return back(request, form, "ok", f"job {found.id} is {found.state.value}")
@@ -192,12 +193,20 @@ async def cancel_all(request: Request, form: Form) -> Response:
     queue, task = _form_text(form, "queue"), _form_text(form, "task")
     try:
         state = JobState(form.get("state", ""))
-        n = await run_in_threadpool(dashboard(request).source.cancel_matching, state, queue, task)
+        n = await run_in_threadpool(
+            dashboard(request).source.cancel_matching, state, queue, task, _asker(request)
+        )
     except ValueError:
         return back(request, form, "error", "choose the state of the jobs to cancel")
     except SluicegateError as exc:
         return back(request, form, "error", str(exc))
     return back(request, form, "ok", _bulk_text(n, f"{state.value} job", "cancelled", queue, task))
+
+
+def _asker(request: Request) -> str:
+    """Who cancels, as the job's history records it: the dashboard, and from where."""
+    client = request.client.host if request.client else "unknown"
+    return f"dashboard from {client}"
 
 
 def _form_text(form: Form, key: str) -> str | None:

@@ -43,7 +43,8 @@ listings against a count of every job, whenever finished counts settle),
 ``history`` (a job's entries off the happy path), ``paused_queues`` (pause, resume
 and the paused set), ``async_producers`` (``enqueue_async`` and ``get_job_async``
 against their sync twins), ``progress`` (a running job's progress, carried by
-heartbeats) and ``wait_results`` (waiting for a job's result: every outcome, sync and
+heartbeats), ``cancel_notices`` (a cancel of a held job tells the workers) and
+``wait_results`` (waiting for a job's result: every outcome, sync and
 async, and what 1,000 waiters cost).
 """
 
@@ -52,6 +53,7 @@ from __future__ import annotations
 from . import (
     async_producers,
     bulk_actions,
+    cancel_notices,
     edge_values,
     enqueue_claim,
     helpers,
@@ -73,6 +75,7 @@ from . import (
 )
 from .async_producers import *  # noqa: F403
 from .bulk_actions import *  # noqa: F403
+from .cancel_notices import *  # noqa: F403
 from .edge_values import *  # noqa: F403
 from .enqueue_claim import *  # noqa: F403
 from .helpers import *  # noqa: F403
@@ -122,5 +125,6 @@ __all__ = [
     *history.__all__,
     *paused_queues.__all__,
     *progress.__all__,
+    *cancel_notices.__all__,
     *wait_results.__all__,
 ]

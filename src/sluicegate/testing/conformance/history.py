@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from ...brokers.base import Broker, Recovery
+from ...brokers.base import Broker, Recovery, who_asked
+from ...errors import ConfigError
 from ...job import ENTRY_KEYS, HISTORY_CAP, HISTORY_MESSAGE, ErrorInfo
 from ...outcomes import Buried, Retried, Succeeded
 from .. import FakeClock
@@ -106,13 +107,24 @@ class TestHistory:
         broker.start(claimed.claim)
         clock.advance(1)
         broker.cancel(waiting.id)
-        broker.cancel(running.id)
-        assert get(broker, waiting.id).history == [
-            entry(clock.now, "cancelled", 0, **{"from": "scheduled"})
+        broker.cancel(running.id, by="alice (on call)")
+        assert get(broker, waiting.id).history == [  # not said: this process's user@host
+            entry(clock.now, "cancelled", 0, by=who_asked(None), **{"from": "scheduled"})
         ]
         assert get(broker, running.id).history == [
-            entry(clock.now, "cancelled", 1, worker="w1", **{"from": "running"})
+            entry(
+                clock.now, "cancelled", 1, worker="w1", by="alice (on call)", **{"from": "running"}
+            )
         ]
+
+    @pytest.mark.parametrize("by", ["", "   ", "x" * 201, 7])
+    def test_a_bad_by_is_refused_and_cancels_nothing(self, broker: Broker, by: Any) -> None:
+        job = put(broker)
+        with pytest.raises(ConfigError, match="invalid cancel 'by'"):
+            broker.cancel(job.id, by=by)
+        with pytest.raises(ConfigError, match="invalid cancel 'by'"):
+            broker.cancel_matching(state=S.READY, by=by)
+        assert get(broker, job.id).state is S.READY
 
     def test_retries_by_an_operator(self, broker: Broker, clock: FakeClock) -> None:
         dead = put(broker, max_attempts=1)
@@ -122,14 +134,14 @@ class TestHistory:
         clock.advance(60)
         broker.retry(dead.id)
         cancelled = put(broker, delay=60.0)
-        broker.cancel(cancelled.id)
+        broker.cancel(cancelled.id, by="ops")
         broker.retry(cancelled.id)
         assert get(broker, dead.id).history == [
             entry(died, "failed", 1, worker="w1", error=ERROR, dead=True),
             entry(clock.now, "retried", 1, **{"from": "dead"}),
         ]
         assert get(broker, cancelled.id).history == [
-            entry(clock.now, "cancelled", 0, **{"from": "scheduled"}),
+            entry(clock.now, "cancelled", 0, by="ops", **{"from": "scheduled"}),
             entry(clock.now, "retried", 0, **{"from": "cancelled"}),
         ]
 
@@ -141,11 +153,11 @@ class TestHistory:
         assert broker.retry_matching(queue="q") == 1
         revived = clock.now
         clock.advance(5)
-        assert broker.cancel_matching(state=S.READY, queue="q") == 1
+        assert broker.cancel_matching(state=S.READY, queue="q", by="dashboard") == 1
         assert get(broker, job.id).history == [
             entry(died, "failed", 1, worker="w1", error=ERROR, dead=True),
             entry(revived, "retried", 1, **{"from": "dead"}),
-            entry(clock.now, "cancelled", 0, **{"from": "ready"}),
+            entry(clock.now, "cancelled", 0, by="dashboard", **{"from": "ready"}),
         ]
 
     def test_a_whole_timeline_in_order(self, broker: Broker, clock: FakeClock) -> None:

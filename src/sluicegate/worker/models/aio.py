@@ -1,7 +1,7 @@
 """The async model: one event loop, in its own thread, running N coroutine tasks at once.
 
 It runs coroutine functions only, and no transactional tasks. A task's ``timeout``
-cancels its coroutine. A task that blocks the loop (a sync call
+cancels its coroutine, and so does a cancel of its job. A task that blocks the loop (a sync call
 inside a coroutine) is reported by a watchdog that names it; it cannot stop the
 worker's heartbeats, which run on the main thread.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import sys
 import threading
@@ -18,8 +19,8 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...context import ProgressSink
-from ...job import ClaimedJob
+from ...context import ProgressSink, StopCheck
+from ...job import Claim, ClaimedJob
 from ...outcomes import Report
 from ...retry import RetryPolicy
 from ..executors import DoneCallback, StartCallback, WorkItem
@@ -50,9 +51,11 @@ class AsyncExecutor:
         result_limit: int,
         blocked_after: float = BLOCKED_AFTER,
         progress: ProgressSink | None = None,
+        stopped: StopCheck | None = None,
     ) -> None:
         self.name = name
         self.progress = progress
+        self.stopped = stopped
         self.slots = slots
         self.result_limit = result_limit
         self.blocked_after = blocked_after
@@ -70,7 +73,8 @@ class AsyncExecutor:
         self._inbox: collections.deque[AsyncItem] = collections.deque()
         self._inbox_lock = threading.Lock()
         self._inbox_scheduled = False
-        self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
+        # The loop keeps only weak references; by claim, so a cancel finds its coroutine.
+        self._tasks: dict[Claim, asyncio.Task[None]] = {}
         self._on_start: StartCallback | None = None
         self._on_done: DoneCallback | None = None
 
@@ -109,15 +113,36 @@ class AsyncExecutor:
             items, self._inbox = self._inbox, collections.deque()
             self._inbox_scheduled = False
         for item in items:
+            claim = item.claimed.claim
             task = self.loop.create_task(self._run(item))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks[claim] = task
+            task.add_done_callback(functools.partial(self._forget, claim))
+
+    def _forget(self, claim: Claim, task: asyncio.Task[None]) -> None:
+        if self._tasks.get(claim) is task:
+            del self._tasks[claim]
+
+    def interrupt(self, claim: Claim) -> None:
+        """Cancel the job's coroutine, on the loop's thread (after any hand-over of items
+        already submitted, so a job not started yet is found too)."""
+        self.loop.call_soon_threadsafe(self._cancel, claim)
+
+    def _cancel(self, claim: Claim) -> None:
+        task = self._tasks.get(claim)
+        if task is not None:
+            task.cancel()
 
     async def _run(self, item: AsyncItem) -> None:
         assert self._on_start is not None and self._on_done is not None
         self._on_start(item)
         report: Report = await run_job_async(
-            item.fn, item.policy, item.claimed, self.result_limit, item.timeout, self.progress
+            item.fn,
+            item.policy,
+            item.claimed,
+            self.result_limit,
+            item.timeout,
+            self.progress,
+            self.stopped,
         )
         self._on_done(item, report, True)
 
@@ -175,7 +200,9 @@ class AsyncModel(ConcurrencyModel):
     def executor(
         cls, name: str, slots: int, options: Mapping[str, Any], context: PoolContext
     ) -> AsyncExecutor:
-        return AsyncExecutor(name, slots, context.result_limit, progress=context.progress)
+        return AsyncExecutor(
+            name, slots, context.result_limit, progress=context.progress, stopped=context.stopped
+        )
 
     @classmethod
     def work_item(cls, task: Task[Any, Any], claimed: ClaimedJob) -> AsyncItem:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ...context import ProgressSink
+from ...context import ProgressSink, StopCheck
 from ...errors import ConfigError
 from ...job import ClaimedJob
 from ...names import number_problem
@@ -58,6 +58,7 @@ class PoolContext:
     result_limit: int  # bytes of a task's JSON result
     store: TransactionalStore  # transactional tasks commit their writes and ack here
     progress: ProgressSink | None = None  # where current_job().progress(...) reports go
+    stopped: StopCheck | None = None  # current_job().cancelled asks here
 
 
 class ConcurrencyModel(ABC):

@@ -5,7 +5,8 @@ It runs plain functions, and no transactional tasks (a child has no broker). The
 OOM killer) fails that attempt with the exit code or signal and the child is
 replaced. ``timeout`` is hard: the child is killed. Children are recycled after
 ``max_jobs_per_child`` jobs or when their memory passes ``max_memory_mb`` (which is
-also their address-space limit, so a runaway allocation fails inside the child).
+also their address-space limit, so a runaway allocation fails inside the child). A
+cancel of a running job kills its child too, and the child is replaced.
 Children die with the worker (PR_SET_PDEATHSIG, and EOF on their pipe).
 
 A task's ``current_job().progress(...)`` in a child keeps only the latest value; a
@@ -174,6 +175,16 @@ class ProcessItem(WorkItem):
     timeout: float | None
 
 
+def failure_of(item: ProcessItem, reason: str, kind: str, timed_out: bool = False) -> Report:
+    """The outcome of an attempt the parent ended (the child died, was killed, or never
+    got the job): retried or dead by the task's policy."""
+    job = item.claimed.job
+    error = plain_error(kind, reason)
+    return failure(
+        item.policy, item.claimed.claim, job.attempts, job.max_attempts, error, timed_out=timed_out
+    )
+
+
 @dataclass(slots=True)
 class Child:
     process: Any  # multiprocessing.Process from the spawn context
@@ -182,6 +193,7 @@ class Child:
     ready: bool = False  # has imported the app; work (and its timeout clock) waits for this
     item: ProcessItem | None = None
     deadline: float | None = None
+    stopping: bool = False  # its job was cancelled (or its lease lost): kill it now
 
 
 def death_reason(exitcode: int | None) -> str:
@@ -344,6 +356,7 @@ class ProcessExecutor:
         recycle = child.jobs_done >= self.max_jobs_per_child or bool(over_memory)
         with self._lock:
             item, child.item, child.deadline = child.item, None, None
+            child.stopping = False  # finished before the kill: nothing to stop any more
             if recycle:  # out of the list first, so no new job is handed to it
                 self._children.remove(child)
         if item is not None:
@@ -376,14 +389,36 @@ class ProcessExecutor:
             return Retried(claim, error, reply["retry_in"])
         return Buried(claim, error)
 
+    def interrupt(self, claim: Claim) -> None:
+        """Kill the child running ``claim``'s job and start a fresh one: done by the
+        monitor thread, as every kill is (children die with the thread that started them)."""
+        with self._lock:
+            child = next(
+                (c for c in self._children if c.item and c.item.claimed.claim == claim), None
+            )
+            if child is None:
+                # Not handed to a child yet: it never starts (its report frees the slot).
+                item = next((i for i in self._waiting if i.claimed.claim == claim), None)
+                if item is not None:
+                    self._waiting.remove(item)
+            else:
+                child.stopping, child.deadline = True, 0.0
+        if child is None and item is not None:
+            self._finish(item, failure_of(item, "stopped before it started", "JobCancelled"))
+            return
+        self._wake_w.send_bytes(b"x")
+
     def _enforce_deadlines(self) -> None:
         now = time.monotonic()
         with self._lock:
             late = [c for c in self._children if c.deadline is not None and now >= c.deadline]
         for child in late:
-            timeout = child.item.timeout if child.item else 0
             child.process.kill()
             child.process.join(timeout=2)
+            if child.stopping:
+                self._replace(child, "stopped: cancelled or its lease lost", "JobCancelled")
+                continue
+            timeout = child.item.timeout if child.item else 0
             self._replace(child, f"timed out after {timeout:g} s", "TimeoutError", timed_out=True)
 
     def _replace(
@@ -397,17 +432,9 @@ class ProcessExecutor:
         item = child.item
         if item is not None:
             job = item.claimed.job
-            error = plain_error(kind, reason)
-            outcome = failure(
-                item.policy,
-                item.claimed.claim,
-                job.attempts,
-                job.max_attempts,
-                error,
-                timed_out=timed_out,
-            )
-            self._finish(item, outcome)
-            log.warning("pool %s: job %s (%s) failed: %s", self.name, job.id, job.task, reason)
+            self._finish(item, failure_of(item, reason, kind, timed_out))
+            if not child.stopping:
+                log.warning("pool %s: job %s (%s) failed: %s", self.name, job.id, job.task, reason)
         if child.process.is_alive():
             self._end(child)
         else:

@@ -2,7 +2,9 @@
 
 Timeouts are soft: a Python thread cannot be killed. At the deadline the attempt is
 reported failed (``TimeoutError``) while its slot stays busy; when the function really
-returns, the slot is freed and what it returned is ignored.
+returns, the slot is freed and what it returned is ignored. A cancel is the same: the
+task learns of it from ``current_job().cancelled`` (or ``raise_if_cancelled()``) and its
+slot stays busy until it returns.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...context import ProgressSink
-from ...job import ClaimedJob
+from ...context import ProgressSink, StopCheck
+from ...job import Claim, ClaimedJob
 from ...outcomes import Report
 from ...retry import RetryPolicy
 from ..executors import DoneCallback, StartCallback, WorkItem
@@ -49,9 +51,11 @@ class ThreadExecutor:
         result_limit: int,
         store: TransactionalStore,
         progress: ProgressSink | None = None,
+        stopped: StopCheck | None = None,
     ) -> None:
         self.name = name
         self.progress = progress
+        self.stopped = stopped  # current_job().cancelled: the only stop a thread gets
         self.slots = slots
         self.result_limit = result_limit
         self.store = store
@@ -92,6 +96,10 @@ class ThreadExecutor:
             self._stopped = True
             self._clock.notify()
 
+    def interrupt(self, claim: Claim) -> None:
+        """A thread cannot be stopped from outside: its task sees ``current_job().cancelled``
+        (the worker's answer changed already) and its slot stays busy until it returns."""
+
     def _serve(self, index: int, on_start: StartCallback, on_done: DoneCallback) -> None:
         while True:
             item = self._queue.get()
@@ -114,9 +122,17 @@ class ThreadExecutor:
     def _run(self, item: ThreadItem) -> Report:
         if item.transactional:
             return run_transactional(
-                item.fn, item.policy, item.claimed, self.result_limit, self.store, self.progress
+                item.fn,
+                item.policy,
+                item.claimed,
+                self.result_limit,
+                self.store,
+                self.progress,
+                self.stopped,
             )
-        return run_job(item.fn, item.policy, item.claimed, self.result_limit, self.progress)
+        return run_job(
+            item.fn, item.policy, item.claimed, self.result_limit, self.progress, self.stopped
+        )
 
     def _time_out(self, on_done: DoneCallback) -> None:
         """Report each attempt past its deadline as failed, once; its slot stays busy (the
@@ -161,7 +177,12 @@ class ThreadModel(ConcurrencyModel):
         cls, name: str, slots: int, options: Mapping[str, Any], context: PoolContext
     ) -> ThreadExecutor:
         return ThreadExecutor(
-            name, slots, context.result_limit, context.store, progress=context.progress
+            name,
+            slots,
+            context.result_limit,
+            context.store,
+            progress=context.progress,
+            stopped=context.stopped,
         )
 
     @classmethod

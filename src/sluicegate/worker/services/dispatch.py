@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from .results import ResultWriter
 if TYPE_CHECKING:
     from ...app import App
     from ...metrics.recorder import WorkerMetrics
+
+log = logging.getLogger("sluicegate.worker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,7 @@ class Dispatcher(Service):
             self.result_limit,
             self.broker,
             progress=self.leases.report_progress,
+            stopped=self.stopped,
         )
         for pool in self.pools:
             spec = pool.spec
@@ -251,6 +255,32 @@ class Dispatcher(Service):
         flight = self.inflight.get(claim)
         if flight is not None:
             flight.abandoned = True
+
+    def stop_attempt(self, claim: Claim) -> None:
+        """Its lease is lost (the job was cancelled, or expired and may run elsewhere now):
+        its outcome no longer counts, and its pool's model stops it as it can: a coroutine
+        is cancelled, a child killed (and replaced); a thread only sees
+        ``current_job().cancelled`` turn true, and keeps its slot until it returns."""
+        flight = self.inflight.get(claim)
+        if flight is None:
+            return  # its body already ended (the outcome was refused, or is on its way)
+        flight.abandoned = True
+        job = flight.claimed.job
+        log.warning(
+            "job %s (%s): stopping its attempt in pool %s (%s model): it was cancelled or "
+            "its lease lost",
+            job.id,
+            job.task,
+            flight.pool.spec.name,
+            flight.pool.spec.model,
+        )
+        self._executors[flight.pool.spec.name].interrupt(claim)
+
+    def stopped(self, claim: Claim) -> bool:
+        """Whether ``claim``'s attempt should stop: cancelled, its lease lost, or (thread
+        model) past its timeout. Read from any thread by ``current_job().cancelled``."""
+        flight = self.inflight.get(claim)
+        return flight is not None and flight.abandoned
 
     @property
     def busy(self) -> int:

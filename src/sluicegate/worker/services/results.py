@@ -68,6 +68,11 @@ class ResultWriter(Service):
             if self.on_tokens_freed is not None:
                 self.on_tokens_freed()  # held-back claimers may take its tokens this turn
 
+    def lost(self, claim: Claim) -> None:
+        """A heartbeat found ``claim`` lost: the broker already gave its limit tokens
+        back (the job is no longer held by us), so held-back claimers may use them."""
+        self._free_tokens([claim])
+
     def ended_limited(self) -> list[Claim]:
         """Claims holding limit tokens whose bodies ended and whose outcomes are not
         written yet: a claim counts their tokens as free (Broker.claim's ``done``)."""

@@ -606,9 +606,10 @@ RETURNING {job_columns};
 
 -- name: fragment_cancelled
 -- An operator's cancel, as history entries say it (cancel, cancel_matching): the state
--- it left, and the worker that held it if any.
+-- it left, the worker that held it if any, and who asked (%(by)s, NULL: not said).
 jsonb_build_object('event', {happened_cancelled}, 'from', state,
-                   'worker', CASE WHEN state IN ({held}) THEN worker_id END)
+                   'worker', CASE WHEN state IN ({held}) THEN worker_id END,
+                   'by', %(by)s::text)
 
 -- name: fragment_retried
 -- An operator's revival (revive, revive_matching): the state it left.
@@ -1095,4 +1096,5 @@ WHERE j.id IS NULL OR j.state IN ({terminal});
 -- columns: notified
 -- Wakes the processes waiting for results (job.wait): once per transaction that ends
 -- jobs, no payload (identical notifications of one transaction are sent once anyway).
+-- Also on the cancel channel, to the workers, for a cancel of held jobs.
 SELECT pg_notify(%(channel)s, '') AS notified;

@@ -331,7 +331,7 @@ UPDATE jobs
 SET state = {cancelled}, finished_at = :now, lease_expires_at = NULL,
     finish_seq = {fragment_finish_seq},
     history = {fragment_history(json_object('event', {happened_cancelled}, 'from', state,
-        'worker', CASE WHEN state IN ({held}) THEN worker_id END))}
+        'worker', CASE WHEN state IN ({held}) THEN worker_id END, 'by', :by))}
 WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({cancel_from});
 
 -- name: revive
