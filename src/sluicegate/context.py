@@ -88,7 +88,7 @@ class RunningJob:
         """Raise JobCancelled if ``cancelled``: the way out of a long task in a thread
         pool. Do not catch it: what the attempt returns no longer counts anyway."""
         if self.cancelled:
-            raise JobCancelled(self.job.id, "this attempt was stopped")
+            raise JobCancelled(self.job.id, "was stopped: cancelled, or its lease was lost")
 
 
 _current: ContextVar[RunningJob | None] = ContextVar("sluicegate_current_job", default=None)

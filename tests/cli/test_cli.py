@@ -184,6 +184,27 @@ def test_jobs_show_prints_the_history(workdir: Path) -> None:
     assert "history: 2" in text and '"event": "retried"' in text
 
 
+def test_cancel_records_who_asked(workdir: Path) -> None:
+    run(workdir, "enqueue", "t")
+    run(workdir, "enqueue", "t")
+    assert run(workdir, "jobs", "cancel", "1", "--by", "alice: a duplicate").stdout == (
+        "job 1 is cancelled\n"  # it waited: nothing to stop
+    )
+    run(workdir, "jobs", "cancel", "2")
+    first, second = (
+        json.loads(run(workdir, "jobs", "show", job, "--json").stdout)["history"][-1]
+        for job in ("1", "2")
+    )
+    assert (first["event"], first["from"], first["by"]) == (
+        "cancelled",
+        "ready",
+        "alice: a duplicate",
+    )
+    assert second["by"].count("@") == 1  # not said: the caller's user@host
+    bad = run(workdir, "jobs", "cancel", "1", "--by", "x" * 201)
+    assert bad.returncode == 2 and "invalid cancel 'by'" in bad.stderr
+
+
 def test_cancel_and_retry(workdir: Path) -> None:
     run(workdir, "enqueue", "t")
     assert "cancelled" in run(workdir, "jobs", "cancel", "1").stdout

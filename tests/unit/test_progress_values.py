@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sluicegate.context import RunningJob, current_job, reset_current, set_current
+from sluicegate.errors import JobCancelled
 from sluicegate.job import (
     PROGRESS_MESSAGE,
     Claim,
@@ -101,5 +102,30 @@ def test_current_job_outside_a_job_is_a_clear_error_and_inside_gives_the_handle(
     try:
         assert current_job() is handle
         current_job().progress(0.5)  # no worker: validated, then kept nowhere
+    finally:
+        reset_current(token)
+
+
+def test_outside_a_worker_an_attempt_is_never_cancelled() -> None:
+    job = Job.from_fields(id=JobId(7), task="t", queue="q", state=JobState.RUNNING)
+    handle = RunningJob(job, Claim(JobId(7), 1))
+    assert handle.cancelled is False
+    handle.raise_if_cancelled()  # nothing to raise
+
+
+def test_a_stopped_attempt_says_so_and_raises() -> None:
+    """The worker's answer (its StopCheck) is asked for this attempt's claim each time."""
+    job = Job.from_fields(id=JobId(7), task="t", queue="q", state=JobState.RUNNING)
+    stopped: set[Claim] = set()
+    handle = RunningJob(job, Claim(JobId(7), 1), stopped=stopped.__contains__)
+    token = set_current(handle)
+    try:
+        assert current_job().cancelled is False
+        current_job().raise_if_cancelled()
+        stopped.add(Claim(JobId(7), 1))
+        assert current_job().cancelled is True
+        with pytest.raises(JobCancelled, match="job 7 was stopped: cancelled") as raised:
+            current_job().raise_if_cancelled()
+        assert raised.value.job_id == 7
     finally:
         reset_current(token)
