@@ -72,7 +72,11 @@ def worker(url: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
         raise
     finally:
         process.terminate()
-        process.wait(30)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:  # a job it was still running after an error
+            process.kill()
+            process.wait()
 
 
 def pid_gone(pid: int) -> bool:

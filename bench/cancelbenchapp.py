@@ -45,8 +45,8 @@ def thr_hold(folder: str) -> None:
 
 @app.task(queue="proc")
 def proc_hold(folder: str) -> None:
-    _stamp(folder, f"{current_job().id}.began")
     (Path(folder) / f"{current_job().id}.pid").write_text(str(os.getpid()))
+    _stamp(folder, f"{current_job().id}.began")  # after the pid: the bench reads both
     end = time.monotonic() + 600
     while time.monotonic() < end:
         pass

@@ -379,7 +379,9 @@ class App:
         job's coroutine is cancelled; a process pool's child is killed and replaced; a
         thread pool's task sees ``current_job().cancelled`` turn true and must return
         (its slot stays busy until it does). Never retried; whatever the stopped attempt
-        returns is refused. ``by`` (default: user@host) is recorded in its history.
+        returns is refused. Its limit tokens are back at once (a thread that goes on
+        uses the dependency beyond its limit until it returns). ``by`` (default:
+        user@host) is recorded in its history.
         Raises JobNotFound, or InvalidTransition if it has finished."""
         return self.broker.cancel(job_id, by=by).bound(self)
 
