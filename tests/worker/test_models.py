@@ -33,6 +33,7 @@ from sluicegate.outcomes import Buried, Report, Retried, Succeeded
 from sluicegate.worker import PoolSpec, Worker
 from sluicegate.worker.executors import Executor, WorkItem
 from sluicegate.worker.models import MODELS, PoolContext
+from sluicegate.worker.models.process import ProcessExecutor
 
 Drain = Callable[..., Worker]
 RunWorker = Callable[..., Worker]
@@ -315,6 +316,59 @@ def test_thread_timeout_reports_the_failure_once_and_keeps_the_slot_busy(
     assert reports.done[1][0] is item and reports.done[1][2] is True
     assert isinstance(reports.done[1][1], Succeeded)
     assert caplog.text.count("timed out") == 1
+
+
+@pytest.mark.parametrize("when", ["before its first step", "while it awaits"])
+def test_an_interrupted_coroutine_always_reports_and_frees_its_slot(app: App, when: str) -> None:
+    """A cancel right behind the hand-over finds the job's asyncio task not yet started:
+    its coroutine never runs, and the executor itself reports it (else the slot leaks)."""
+    ran = threading.Event()
+
+    @app.task(queue="q")
+    async def sleeper() -> None:
+        ran.set()
+        await asyncio.sleep(30)
+
+    context = PoolContext(lambda: "unused:app", 1024, app.broker)
+    executor = MODELS["async"].executor("aio", 1, {}, context)
+    reports = Reports()
+    executor.start(reports.on_start, reports.on_done)
+    try:
+        claimed = claimed_job("sleeper")
+        item = MODELS["async"].work_item(sleeper, claimed)
+        executor.submit(item)
+        if when == "while it awaits":
+            assert ran.wait(5)
+        executor.interrupt(claimed.claim)  # same thread, right after: before the loop's turn
+        reports.wait(1)
+        reported, outcome, slot_free = reports.done[0]
+        assert reported is item and slot_free is True
+        assert isinstance(outcome, Buried) and outcome.error.type == "CancelledError"
+        assert ran.is_set() is (when == "while it awaits")
+        time.sleep(0.2)  # an absence: reported once
+        assert len(reports.done) == 1
+    finally:
+        executor.stop()
+
+
+def test_a_process_job_interrupted_before_a_child_took_it_never_runs() -> None:
+    """Interrupted while it waits for a child (the pool's only child still importing the
+    app): reported at once with its slot free, and never handed to the child."""
+    executor = ProcessExecutor("proc", 1, "poisonapp:app")
+    reports = Reports()
+    executor.start(reports.on_start, reports.on_done)
+    try:
+        claimed = claimed_job("p_ok")
+        executor.submit(MODELS["process"].work_item(poisonapp.p_ok, claimed))
+        executor.interrupt(claimed.claim)
+        reports.wait(1)
+        _, outcome, slot_free = reports.done[0]
+        assert slot_free is True and isinstance(outcome, Buried)
+        assert outcome.error.type == "JobCancelled"
+        time.sleep(1.0)  # an absence: the child, ready by now, was never given the job
+        assert reports.started == [] and len(reports.done) == 1
+    finally:
+        executor.stop()
 
 
 def test_thread_timeout_retries_with_the_tasks_policy(

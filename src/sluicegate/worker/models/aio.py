@@ -24,7 +24,7 @@ from ...job import Claim, ClaimedJob
 from ...outcomes import Report
 from ...retry import RetryPolicy
 from ..executors import DoneCallback, StartCallback, WorkItem
-from ..runner import run_job_async
+from ..runner import failed, run_job_async
 from .base import ConcurrencyModel, PoolContext, needs_thread_pool
 
 if TYPE_CHECKING:
@@ -116,11 +116,18 @@ class AsyncExecutor:
             claim = item.claimed.claim
             task = self.loop.create_task(self._run(item))
             self._tasks[claim] = task
-            task.add_done_callback(functools.partial(self._forget, claim))
+            task.add_done_callback(functools.partial(self._forget, item))
 
-    def _forget(self, claim: Claim, task: asyncio.Task[None]) -> None:
+    def _forget(self, item: AsyncItem, task: asyncio.Task[None]) -> None:
+        claim = item.claimed.claim
         if self._tasks.get(claim) is task:
             del self._tasks[claim]
+        if task.cancelled() and not self._stop.is_set():
+            # Cancelled before its first step (a cancel right behind the hand-over): its
+            # coroutine never ran, so nothing reported; the slot is freed here.
+            assert self._on_done is not None
+            report = failed(item.policy, item.claimed, asyncio.CancelledError())
+            self._on_done(item, report, True)
 
     def interrupt(self, claim: Claim) -> None:
         """Cancel the job's coroutine, on the loop's thread (after any hand-over of items
