@@ -336,10 +336,14 @@ def test_an_interrupted_coroutine_always_reports_and_frees_its_slot(app: App, wh
     try:
         claimed = claimed_job("sleeper")
         item = MODELS["async"].work_item(sleeper, claimed)
+        hold = threading.Event()
+        if when == "before its first step":  # the loop waits until both calls are queued
+            executor.loop.call_soon_threadsafe(hold.wait, 5)  # type: ignore[attr-defined]
         executor.submit(item)
         if when == "while it awaits":
             assert ran.wait(5)
-        executor.interrupt(claimed.claim)  # same thread, right after: before the loop's turn
+        executor.interrupt(claimed.claim)
+        hold.set()
         reports.wait(1)
         reported, outcome, slot_free = reports.done[0]
         assert reported is item and slot_free is True
