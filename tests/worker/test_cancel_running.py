@@ -15,6 +15,7 @@ tests/apps/cancelapp.py, on both brokers.
 - A cancelled job gives back the one token of a concurrency-1 limit: a job waiting for
   that token then runs.
 - A job cancelled while it waits in its queue never starts.
+- A cancel whose notice never reaches the worker is found by its next heartbeat.
 
 Tasks record their pid and how many times they ran in files (cancelapp's docstring), so
 what ran is read from what the tasks saw, not only from the broker.
@@ -257,6 +258,34 @@ def test_a_job_cancelled_while_it_waits_never_starts(
 
 
 # ---- helpers -----------------------------------------------------------------------------
+
+
+# ---- 6. no notice: the next heartbeat stops it -------------------------------------------
+
+
+def test_without_the_notice_the_next_heartbeat_stops_the_job(
+    fleet: Fleet, producer: App, folder: str, broker_name: str
+) -> None:
+    """A cancel whose notice never reaches the worker (a lost NOTIFY, a writer that cannot
+    ring the doorbell: here the producer's broker is told to send none) is found by the
+    worker's next heartbeat, within one interval (lease / 3 = 0.5 s here)."""
+    if broker_name == "postgresql":
+        producer.broker._notify_cancelled = lambda conn: None  # type: ignore[attr-defined]
+    else:
+        producer.broker._ring_cancelled = lambda: None  # type: ignore[attr-defined]
+    worker = fleet.start(["aio=aio:1:async"], lease=SHORT_LEASE, app=APP)
+    job = enqueue(producer, cancelapp.aio_long, folder)
+    _until(fleet, lambda: _running(producer, job.id, folder), 60)
+    began = time.monotonic()
+    job.cancel(by=BY)
+    ended = cancelapp.mark(folder, "ended", job.id)
+    wait_for(ended.exists, timeout=30, what=fleet.logs)
+    stopped = time.monotonic() - began
+    assert ended.read_text() == "CancelledError"
+    # One heartbeat interval (0.5 s), and slack for a busy shared machine.
+    assert stopped < SHORT_LEASE / 3 + 3.0, f"the attempt stopped {stopped:.2f} s after the cancel"
+    stop_all([worker])
+    assert producer.get_job(job.id).state is JobState.CANCELLED
 
 
 def _until(fleet: Fleet, job: Callable[[], Job | None], timeout: float) -> Job:
