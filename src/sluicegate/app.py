@@ -435,7 +435,9 @@ class App:
     async def aclose(self) -> None:
         """``close`` from an event loop: closes the broker, and the asyncio connections its
         async calls opened in this loop (``close`` closes those too when it can reach their
-        loop; call this before the loop ends)."""
+        loop; call this before the loop ends). Stops the waiting hub, as ``close`` does."""
+        if self._waits is not None:  # joins the hub's thread: not on the loop
+            await asyncio.to_thread(self._stop_waiting)
         with self._lock:
             broker, self._broker = self._broker, None
         if broker is not None:
@@ -462,6 +464,14 @@ class App:
     def _ready(self) -> Broker:
         self.configure()
         return self.broker
+
+    # ---- opening from a web app's startup (docs/fastapi.md) ----
+    async def open_async(self) -> None:
+        """Open the broker (connect, migrate) and apply the settings file now, off the
+        loop: a web app's lifespan calls this at startup, so an unreachable broker or a
+        bad settings file stops the start, not the first request. Optional: the first
+        call does the same. ``aclose`` is its pair."""
+        await self._ready_async()
 
     # ---- waiting for results (job.wait; sluicegate.waiting) ----------------------------
     def wait(self, job_id: int | str, timeout: float | None = None) -> Any:

@@ -37,7 +37,9 @@ def asgi_app(
     hides and refuses every action. ``secret`` signs the CSRF fields and cookies: by
     default derived from ``token``, else random per process, so give one when several
     processes serve the dashboard without a token. ``allowed_hosts`` refuses requests
-    whose Host header names another host (None: any).
+    whose Host header names another host (None: any). A ``token`` that is empty (an
+    environment variable set to nothing, say) or shorter than 16 characters is a
+    ValueError: it must never turn the sign-in off, or guard it weakly, without a word.
 
         from sluicegate.dashboard import asgi_app
         app.mount("/jobs", asgi_app(my_app, read_only=True))   # FastAPI / Starlette
@@ -48,6 +50,13 @@ def asgi_app(
         if exc.name not in NEEDS:
             raise
         raise ImportError(f"the dashboard needs its extra: {EXTRA}", name=exc.name) from exc
+    if token is not None:
+        from .security import token_problem
+
+        if not isinstance(token, str):
+            raise ValueError(f"the dashboard token must be a string or None, not {token!r}")
+        if problem := token_problem(token):
+            raise ValueError(problem)
     return build(
         app_or_broker,
         read_only=read_only,
