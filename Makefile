@@ -16,8 +16,8 @@ demo: $(STAMP)
 	$(BIN)/sluicegate demo
 
 check: $(STAMP)
-	$(BIN)/ruff check src tests bench chaos docs/screenshots.py
-	$(BIN)/ruff format --check src tests bench chaos docs/screenshots.py
+	$(BIN)/ruff check src tests bench chaos examples docs/screenshots.py
+	$(BIN)/ruff format --check src tests bench chaos examples docs/screenshots.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -25,8 +25,8 @@ test: check
 	$(BIN)/pytest -q
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench chaos docs/screenshots.py
-	$(BIN)/ruff check --fix src tests bench chaos docs/screenshots.py
+	$(BIN)/ruff format src tests bench chaos examples docs/screenshots.py
+	$(BIN)/ruff check --fix src tests bench chaos examples docs/screenshots.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
