@@ -23,7 +23,10 @@ import pytest
 pytest.importorskip("django", reason="Django is not installed: pip install 'sluicegate[django]'")
 try:
     import django.tasks  # noqa: F401  (Django 6)
+
+    FRAMEWORK = "django.tasks"
 except ImportError:
+    FRAMEWORK = "django_tasks"
     pytest.importorskip(
         "django_tasks", reason="django-tasks (the backport for Django 5.2) is not installed"
     )
@@ -68,15 +71,19 @@ def project(
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-def drive(scenario: str, *args: str) -> Any:
-    """Run one scenario of sg_djdrive.py in a fresh process; what it printed."""
-    done = subprocess.run(
+def run_drive(scenario: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, str(PROJECT / "sg_djdrive.py"), scenario, *args],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=PROJECT,
     )
+
+
+def drive(scenario: str, *args: str) -> Any:
+    """Run one scenario of sg_djdrive.py in a fresh process; what it printed."""
+    done = run_drive(scenario, *args)
     assert done.returncode == 0, f"{scenario} failed:\n{done.stdout}\n{done.stderr}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -157,8 +164,9 @@ def test_worker_runs_django_tasks(project: None, fleet: Fleet, producer: App) ->
     assert by_name["note_attempt"]["return_value"] == by_name["note_attempt"]["id"]
     failed = by_name["fail"]
     assert failed["status"] == "FAILED" and len(failed["errors"]) == 1
-    assert failed["errors"][0]["path"] == "builtins.LookupError"
-    assert failed["errors"][0]["class"] == "LookupError"
+    # the exception's dotted path, so TaskError.exception_class imports it
+    assert failed["errors"][0]["path"] == "sg_notes.tasks.NoSuchThing"
+    assert failed["errors"][0]["class"] == "NoSuchThing"
     assert "no such thing: fail" in failed["errors"][0]["traceback"]
     notes = {n["text"]: n["pid"] for n in seen["notes"]}
     assert set(notes) == {"write_note", "write_note_cpu", "note_attempt:attempt 1"}
@@ -185,3 +193,38 @@ def test_manage_py_sluicegate_worker(project: None, producer: App, tmp_path: Pat
     seen = drive("results", *ids)
     assert seen[ids[0]]["status"] == "SUCCESSFUL"
     assert [n["text"] for n in seen["notes"]] == ["write_note"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"BROKR": "x"}, "TASKS['default']['OPTIONS']: unknown option 'BROKR'"),
+        ({"MAX_ATTEMPTS": 0}, "['MAX_ATTEMPTS'] must be an integer >= 1, not 0"),
+        ({"MAX_ATTEMPTS": "3"}, "['MAX_ATTEMPTS'] must be an integer >= 1, not '3'"),
+        ({"DATABASE": 1}, "['DATABASE'] must be a database alias, not 1"),
+        ({"BROKER": 5}, "the sluicegate broker must be a URL string, not 5"),
+    ],
+)
+def test_bad_options_are_named(
+    project: None, monkeypatch: pytest.MonkeyPatch, options: dict[str, Any], message: str
+) -> None:
+    monkeypatch.setenv("SG_DJANGO_OPTIONS", json.dumps(options))
+    done = run_drive("enqueue", "write_note")
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+def test_worker_without_a_sluicegate_backend(
+    project: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SG_DJANGO_BACKEND", f"{FRAMEWORK}.backends.dummy.DummyBackend")
+    monkeypatch.setenv("SG_DJANGO_OPTIONS", "{}")
+    done = subprocess.run(
+        [sys.executable, "manage.py", "sluicegate_worker", "--burst"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "settings.TASKS has no sluicegate backend" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -3,6 +3,7 @@ the test sets (a fresh SQLite file, or a fresh PostgreSQL schema; a fresh broker
 
 from __future__ import annotations
 
+import json
 import os
 
 import django
@@ -43,8 +44,12 @@ else:
 
 TASKS = {
     "default": {
-        "BACKEND": "sluicegate.django.SluicegateBackend",
+        "BACKEND": os.environ.get("SG_DJANGO_BACKEND", "sluicegate.django.SluicegateBackend"),
         "QUEUES": [],  # any queue sluicegate can name
-        "OPTIONS": {"BROKER": os.environ["SG_DJANGO_BROKER"], "MAX_ATTEMPTS": 1},
+        "OPTIONS": {
+            "BROKER": os.environ["SG_DJANGO_BROKER"],
+            "MAX_ATTEMPTS": 1,
+            **json.loads(os.environ.get("SG_DJANGO_OPTIONS", "{}")),  # bad-input tests
+        },
     }
 }

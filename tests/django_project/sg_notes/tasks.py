@@ -25,9 +25,13 @@ def write_note_cpu(text: str) -> dict[str, Any]:
     return {"id": note.id, "text": text}
 
 
+class NoSuchThing(LookupError):
+    pass
+
+
 @task()
 def fail(text: str) -> None:
-    raise LookupError(f"no such thing: {text}")
+    raise NoSuchThing(f"no such thing: {text}")
 
 
 @task(takes_context=True)

@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from ....cli import main
+from ....cli import worker
 
 APP = "sluicegate.django.worker:app"
 
@@ -41,7 +41,7 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django is untyped
         # manage.py has already applied --settings and --pythonpath; the rest is the worker's.
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", settings.SETTINGS_MODULE)
         prog = f"{os.path.basename(argv[0])} {argv[1]}"
-        main(args=["worker", APP, *worker_args(argv[2:])], prog_name=prog)
+        worker.main(args=[APP, *worker_args(argv[2:])], prog_name=prog)
 
     def handle(self, *args: Any, **options: Any) -> None:  # call_command: defaults only
-        main(args=["worker", APP], prog_name="sluicegate_worker")
+        worker.main(args=[APP], prog_name="sluicegate_worker")
