@@ -153,7 +153,11 @@ def run_and_read(fleet: Fleet, producer: App, names: list[str], **start: Any) ->
     }
 
 
-def test_worker_runs_django_tasks(project: None, fleet: Fleet, producer: App) -> None:
+def test_worker_runs_django_tasks(
+    project: None, fleet: Fleet, producer: App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    signals = tmp_path / "signals.jsonl"
+    monkeypatch.setenv("SG_DJANGO_SIGNALS", str(signals))
     names = ["write_note", "write_note_cpu", "fail", "note_attempt"]
     seen = run_and_read(fleet, producer, names, pools=["web=default:2:thread", "cpu=cpu:1:process"])
     by_name, worker = seen["by_name"], seen["worker"]
@@ -174,6 +178,21 @@ def test_worker_runs_django_tasks(project: None, fleet: Fleet, producer: App) ->
     # set Django up on its own.
     assert notes["write_note"] == worker.pid
     assert notes["write_note_cpu"] not in (worker.pid, 0)
+    # Django's signals, as its own backends send them (a receiver that raises, connected
+    # to each, is logged and changes no outcome).
+    sent: dict[str, list[tuple[str, str]]] = {}
+    for line in signals.read_text().splitlines():
+        entry = json.loads(line)
+        assert entry["sender"] == "SluicegateBackend"
+        sent.setdefault(entry["id"], []).append((entry["signal"], entry["status"]))
+    for name in names:
+        end = "FAILED" if name == "fail" else "SUCCESSFUL"
+        assert sent[by_name[name]["id"]] == [
+            ("task_enqueued", "READY"),
+            ("task_started", "RUNNING"),
+            ("task_finished", end),
+        ]
+    assert "a receiver that raises" in worker.log()
 
 
 def test_manage_py_sluicegate_worker(project: None, producer: App, tmp_path: Path) -> None:

@@ -19,10 +19,18 @@ from ..errors import ConfigError, InvalidJobId
 from ..job import Job
 from ..names import check_name
 from ..task import MAX_ATTEMPTS
-from .compat import BaseTaskBackend, InvalidTask, Task, TaskResult, TaskResultDoesNotExist
+from .compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+    task_enqueued,
+)
 from .project import TASK_NAME, app_for, broker_url
-from .results import KEY_PREFIX, task_result
+from .results import KEY_PREFIX, moment, task_result
 from .runner import resolve
+from .signals import send
 from .transactions import raw_psycopg, same_database
 
 OPTIONS = ("BROKER", "DATABASE", "MAX_ATTEMPTS")
@@ -115,7 +123,9 @@ class SluicegateBackend(BaseTaskBackend):
             job = app.enqueue(TASK_NAME, call, kwargs, connection=raw_psycopg(db), **options)
         else:
             return self._on_commit(task, app, call, kwargs, options)
-        return task_result(task, job, self.alias, str(job.id))
+        result = task_result(task, job, self.alias, str(job.id))
+        send(task_enqueued, type(self), result)
+        return result
 
     def _shares(self, db: Any, app: App) -> bool:
         if self._shared is None:
@@ -139,8 +149,7 @@ class SluicegateBackend(BaseTaskBackend):
 
         key = KEY_PREFIX + get_random_string(32)
         spec = app.build_spec(TASK_NAME, call, kwargs, unique_key=key, **options)
-        transaction.on_commit(lambda: app.broker.enqueue([spec]), using=self.database)
-        return TaskResult(
+        result: TaskResult[Any] = TaskResult(
             task=task,
             id=key,
             status=cast(Any, TaskResultStatus.READY),
@@ -154,6 +163,14 @@ class SluicegateBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
+
+        def store() -> None:
+            (job,) = app.broker.enqueue([spec])
+            object.__setattr__(result, "enqueued_at", moment(job.enqueued_at))
+            send(task_enqueued, type(self), result)
+
+        transaction.on_commit(store, using=self.database)
+        return result
 
     # ---- results ---------------------------------------------------------------------
     def get_result(self, result_id: str) -> TaskResult[Any]:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # typed against the backport, whose API Django 6 took over un
     from django_tasks.base import Task, TaskError
     from django_tasks.exceptions import InvalidTaskError as InvalidTask
     from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued, task_finished, task_started
 else:
     try:
         from django.tasks import (
@@ -29,6 +30,7 @@ else:
         from django.tasks.backends.base import BaseTaskBackend
         from django.tasks.base import Task, TaskError
         from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+        from django.tasks.signals import task_enqueued, task_finished, task_started
     except ImportError:
         from django_tasks import (
             TaskContext,
@@ -41,6 +43,7 @@ else:
         from django_tasks.base import Task, TaskError
         from django_tasks.exceptions import InvalidTaskError as InvalidTask
         from django_tasks.exceptions import TaskResultDoesNotExist
+        from django_tasks.signals import task_enqueued, task_finished, task_started
 
 __all__ = [
     "BaseTaskBackend",
@@ -53,4 +56,7 @@ __all__ = [
     "TaskResultStatus",
     "default_task_backend",
     "task_backends",
+    "task_enqueued",
+    "task_finished",
+    "task_started",
 ]
