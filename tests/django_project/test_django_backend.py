@@ -247,3 +247,15 @@ def test_worker_without_a_sluicegate_backend(
     assert done.returncode == 2, done.stderr
     assert "settings.TASKS has no sluicegate backend" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_failed_attempt_is_retried(
+    project: None, fleet: Fleet, producer: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SG_DJANGO_OPTIONS", json.dumps({"MAX_ATTEMPTS": 2}))
+    seen = run_and_read(fleet, producer, ["flaky"], pools=["web=default:1:thread"])
+    flaky = seen["by_name"]["flaky"]
+    assert flaky["status"] == "SUCCESSFUL" and flaky["return_value"] == 2
+    assert flaky["attempts"] == 2
+    assert [e["path"] for e in flaky["errors"]] == ["builtins.ConnectionError"]
+    assert [n["text"] for n in seen["notes"]] == ["flaky:attempt 2"]

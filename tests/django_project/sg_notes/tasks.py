@@ -38,3 +38,12 @@ def fail(text: str) -> None:
 def note_attempt(context: Any, text: str) -> str:
     Note.objects.create(text=f"{text}:attempt {context.attempt}", pid=os.getpid())
     return str(context.task_result.id)
+
+
+@task(takes_context=True)
+def flaky(context: Any, text: str) -> int:
+    """Fails its first attempt, as a dependency that is briefly down would."""
+    if context.attempt == 1:
+        raise ConnectionError(f"{text}: down for a moment")
+    Note.objects.create(text=f"{text}:attempt {context.attempt}", pid=os.getpid())
+    return int(context.attempt)
