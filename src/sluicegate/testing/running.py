@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..job import Claim, ClaimedJob, Progress
+from ..job import Claim, ClaimedJob, JobState, Progress
 from ..outcomes import Report, Settled
 from ..worker.runner import refused, run_job, run_job_async, run_transactional
 
@@ -70,6 +70,12 @@ class Attempt:
     def _report(self, claim: Claim, fraction: float, message: str | None) -> None:
         self._progress[claim] = Progress(fraction, message)  # the latest wins, as a worker's
 
+    def _stopped(self, claim: Claim) -> bool:
+        """``current_job().cancelled``: a worker hears of a cancel and answers from memory;
+        here the job is read back (one broker read per question)."""
+        job = self.broker.get_job(claim.job_id)
+        return job is None or job.state is JobState.CANCELLED
+
     def run(self, claimed: ClaimedJob, wrap: Callable[[Any], Any] | None = None) -> Report:
         """The attempt's report. ``wrap`` (perform) gets the task's function and returns
         the one to call: a way to see the exception the runner turns into an outcome."""
@@ -83,16 +89,19 @@ class Attempt:
         policy, limit = task.options.retry, self.app.payload_limit
         report: Report
         if task.is_coroutine:
-            coro = run_job_async(fn, policy, claimed, limit, task.options.timeout, self._report)
+            timeout = task.options.timeout
+            coro = run_job_async(fn, policy, claimed, limit, timeout, self._report, self._stopped)
             report = self.loop.run(coro)
         elif task.options.transactional:
             if not self.broker.supports_transactions:
                 raise ConfigError(
                     f"task {task.name!r} is transactional, which needs the postgresql:// broker"
                 )
-            report = run_transactional(fn, policy, claimed, limit, self.broker, self._report)
+            report = run_transactional(
+                fn, policy, claimed, limit, self.broker, self._report, self._stopped
+            )
         else:
-            report = run_job(fn, policy, claimed, limit, self._report)
+            report = run_job(fn, policy, claimed, limit, self._report, self._stopped)
         progress = self._progress.pop(claimed.claim, None)
         if progress is not None and not isinstance(report, Settled):
             self.broker.heartbeat([claimed.claim], LEASE, {claimed.claim: progress})
