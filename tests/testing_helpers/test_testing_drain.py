@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from sg_plugin_pg import plugin_pg_env, repo_sluicegate_postgres  # noqa: F401
 
 from sluicegate import App, ConfigError, JobFailed, JobState
 from sluicegate.context import current_job
@@ -197,9 +198,11 @@ def test_a_transactional_task_needs_postgresql(sluicegate_sqlite: App) -> None:
     @app.task(transactional=True)
     def in_transaction(connection: object) -> None: ...
 
-    in_transaction.enqueue()
+    job = in_transaction.enqueue()
     with pytest.raises(ConfigError, match="transactional, which needs the postgresql://"):
         drain(app)
+    left = app.get_job(job.id)  # handed back, its attempt refunded: not stuck running
+    assert (left.state, left.attempts) == (JobState.READY, 0)
 
 
 def test_perform_returns_the_result_as_stored(sluicegate_any: App) -> None:

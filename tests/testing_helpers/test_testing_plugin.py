@@ -10,6 +10,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from sg_plugin_pg import plugin_pg_env, repo_sluicegate_postgres  # noqa: F401
 
 from sluicegate import App
 from sluicegate.brokers.memory import MemoryBroker

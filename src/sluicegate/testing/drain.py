@@ -70,7 +70,7 @@ class DrainResult:
         return f"DrainResult({counts})"
 
 
-def test_clock(broker: Broker) -> FakeClock | None:
+def fake_clock_of(broker: Broker) -> FakeClock | None:
     """The broker's clock when it is a FakeClock (the plugin's fixtures give one)."""
     clock = getattr(broker, "_clock", None)
     return clock if isinstance(clock, FakeClock) else None
@@ -115,7 +115,7 @@ def drain(
         raise ConfigError(f"queues must be a list of queue names, not the string {queues!r}")
     app.configure()
     broker = app.broker
-    clock = test_clock(broker)
+    clock = fake_clock_of(broker)
     if with_scheduled and clock is None:
         raise ConfigError(
             "drain(with_scheduled=True) moves the test clock to each scheduled job's time: "

@@ -73,8 +73,9 @@ def perform(task: Task[Any, Any], *args: Any, **kwargs: Any) -> Any:
     (decoded from JSON), or the task's own exception raised again.
 
     The job is enqueued first in line (the lowest priority value) in the task's queue, so
-    the claim takes it before any job already there; its attempt is recorded, a failure
-    as a retry or as dead by the task's policy, exactly as after a worker's attempt.
+    the claim takes it before any job already there (a pause of the queue does not
+    hold it back: it is run now, as asked); its attempt is recorded, a failure as a
+    retry or as dead by the task's policy, exactly as after a worker's attempt.
     """
     if not isinstance(task, Task):
         raise TypeError(f"perform needs a task (@app.task), not {task!r}")

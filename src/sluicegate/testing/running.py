@@ -84,6 +84,11 @@ class Attempt:
         if claimed.problem is not None or task is None:
             reason = claimed.problem or f"unknown task {job.task!r}"
             return refused(claimed, "CorruptJob" if claimed.problem else "UnknownTask", reason)
+        if task.options.transactional and not self.broker.supports_transactions:
+            self.broker.release([claimed.claim])  # as a worker that refuses to start
+            raise ConfigError(
+                f"task {task.name!r} is transactional, which needs the postgresql:// broker"
+            )
         self.broker.start(claimed.claim)
         fn = task.fn if wrap is None else wrap(task.fn)
         policy, limit = task.options.retry, self.app.payload_limit
@@ -93,10 +98,6 @@ class Attempt:
             coro = run_job_async(fn, policy, claimed, limit, timeout, self._report, self._stopped)
             report = self.loop.run(coro)
         elif task.options.transactional:
-            if not self.broker.supports_transactions:
-                raise ConfigError(
-                    f"task {task.name!r} is transactional, which needs the postgresql:// broker"
-                )
             report = run_transactional(
                 fn, policy, claimed, limit, self.broker, self._report, self._stopped
             )
