@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 OUTCOMES = ("succeeded", "retried", "dead", "lease_lost")
 DRAIN_LIMIT = 10_000  # attempts one drain runs at most: a task that enqueues itself forever
+IDLE_ROUNDS = 100  # clock moves in a row with nothing claimed: a job no claim will take
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ def drain(
     result = DrainResult()
     loop = Loop()
     attempt = Attempt(app, broker, loop)
+    idle = 0  # clock moves in a row that claimed nothing
     try:
         while True:
             names = _queues(broker, queues)
@@ -138,7 +140,7 @@ def drain(
                         f"drain ran {limit} attempts and jobs are still ready: does a task "
                         "enqueue another without end? (raise drain's limit= if not)"
                     )
-                claimed = batch[0]
+                claimed, idle = batch[0], 0
                 report = attempt.run(claimed)
                 lost = False
                 if not isinstance(report, Settled):
@@ -154,7 +156,8 @@ def drain(
             # Nothing ready: the next job due later, or held back by a rate limit.
             wait = broker.next_due(names) if names else None
             later = [t for t in (wait, batch.retry_in) if t is not None and t > 0]
-            if not later:
+            idle += 1
+            if not later or idle > IDLE_ROUNDS:
                 break
             clock.advance(min(later))
     finally:

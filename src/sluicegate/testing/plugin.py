@@ -7,7 +7,7 @@ package only); each fixture opens what it needs when a test asks for it.
 - ``sluicegate_app``: the app under test. The ini option ``sluicegate_app =
   myproject.tasks:app`` names yours; without it, a fresh ``App`` (register tasks on it in
   the test). Override the fixture to build it otherwise.
-- ``sluicegate_clock``: a FakeClock at the real time when the test starts, which moves
+- ``sluicegate_clock``: a FakeClock at the real time (whole seconds) when the test starts, which moves
   only when told (``sluicegate_clock.advance(60)``): the brokers below run on it.
 - ``sluicegate_sqlite``: the app bound to a new SQLite file in the test's tmp_path.
 - ``sluicegate_postgres``: the app bound to a new schema (dropped after the test) of the
@@ -75,10 +75,13 @@ def sluicegate_app(request: pytest.FixtureRequest) -> App:
 
 @pytest.fixture
 def sluicegate_clock() -> FakeClock:
-    """Test time: starts at the real time, moves only on ``advance(seconds)``."""
+    """Test time: starts at the real time (a whole second), moves only on ``advance``.
+
+    A whole second: PostgreSQL keeps times to the microsecond, so a clock with finer
+    digits would read a job's due time back a rounding away from the time it set."""
     from .clock import FakeClock
 
-    return FakeClock(time.time())
+    return FakeClock(float(int(time.time())))
 
 
 @pytest.fixture
