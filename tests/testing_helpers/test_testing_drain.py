@@ -68,9 +68,20 @@ def test_with_scheduled_needs_a_test_clock(tmp_path: Path) -> None:
         app.close()
 
 
-def test_queues_must_be_a_list(sluicegate_sqlite: App) -> None:
+def test_bad_arguments_are_clear_errors(sluicegate_sqlite: App) -> None:
     with pytest.raises(ConfigError, match="queues must be a list of queue names, not the str"):
         drain(sluicegate_sqlite, queues="email")
+    with pytest.raises(ConfigError, match=r"limit must be an integer >= 1 \(attempts\), not 0"):
+        drain(sluicegate_sqlite, limit=0)
+
+
+def test_an_empty_drain(sluicegate_sqlite: App) -> None:
+    sluicegate_sqlite.enqueue("anything")
+    result = drain(sluicegate_sqlite, queues=[])
+    assert (result.attempts, repr(result)) == (
+        0,
+        "DrainResult(succeeded=0, retried=0, dead=0, lease_lost=0)",
+    )
 
 
 def test_a_job_of_an_unknown_task_ends_dead(sluicegate_sqlite: App) -> None:

@@ -114,6 +114,8 @@ def drain(
     """
     if isinstance(queues, str):
         raise ConfigError(f"queues must be a list of queue names, not the string {queues!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigError(f"limit must be an integer >= 1 (attempts), not {limit!r}")
     app.configure()
     broker = app.broker
     clock = fake_clock_of(broker)
