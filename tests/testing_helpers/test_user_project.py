@@ -19,10 +19,15 @@ TESTS = 13  # test functions in examples/testing/test_shop.py
 ON_EACH_BROKER = 12  # of them, those that take sluicegate_any (run once per broker)
 
 
-def run_project(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run_project(
+    tmp_path: Path, env: dict[str, str], ini_postgres: str | None = None
+) -> subprocess.CompletedProcess[str]:
     project = tmp_path / "shop"
     shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns("__pycache__"))
     assert not (project / "conftest.py").exists()
+    if ini_postgres is not None:  # the ini option, rather than the environment variable
+        with (project / "pyproject.toml").open("a") as settings:
+            settings.write(f'sluicegate_postgres = "{ini_postgres}"\n')
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"],
         cwd=project,
@@ -49,6 +54,13 @@ def plain_env() -> dict[str, str]:
 def test_the_user_suite_passes_on_sqlite_and_postgresql(tmp_path: Path, pg_dsn: str) -> None:
     env = {**plain_env(), "SLUICEGATE_TEST_POSTGRES": pg_dsn, "SLUICEGATE_REQUIRE_POSTGRES": "1"}
     result = run_project(tmp_path, env)
+    summary = result.stdout.strip().splitlines()[-1]
+    assert counts(summary) == {"passed": TESTS + ON_EACH_BROKER}, summary
+
+
+@pytest.mark.timeout(360)
+def test_postgresql_named_by_the_ini_option(tmp_path: Path, pg_dsn: str) -> None:
+    result = run_project(tmp_path, plain_env(), ini_postgres=pg_dsn)
     summary = result.stdout.strip().splitlines()[-1]
     assert counts(summary) == {"passed": TESTS + ON_EACH_BROKER}, summary
 
