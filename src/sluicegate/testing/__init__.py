@@ -1,7 +1,12 @@
-"""Helpers for testing sluicegate brokers, and users' own code, without pytest.
+"""Helpers for testing sluicegate brokers, and users' own code.
 
-``sluicegate.testing.conformance`` is the suite every broker passes (it needs pytest and
-hypothesis); this package itself imports neither.
+For an app's tests: ``drain`` (run its jobs through the real lifecycle),
+``assert_enqueued`` / ``assert_not_enqueued``, ``perform`` (one job as a worker runs
+it), ``FakeClock`` (time that moves when told) and ``bound_to`` (the app on a test
+broker); the pytest plugin (``sluicegate.testing.plugin``, loaded by entry point) gives
+fixtures for them. ``sluicegate.testing.conformance`` is the suite every broker passes
+(it needs pytest and hypothesis); this package itself imports neither, and loads the
+helpers that run jobs only when first used.
 """
 
 from __future__ import annotations
@@ -12,25 +17,37 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..brokers.base import Broker
+from .clock import T0, FakeClock
 
-T0 = 1_700_000_000.0  # a fixed, exactly representable epoch for the fake clock
+if TYPE_CHECKING:
+    from .assertions import assert_enqueued, assert_not_enqueued
+    from .binding import bound_to
+    from .drain import DrainResult, drain
+    from .perform import perform
+
+# Public names loaded on first use (they import the worker's runner): name -> module.
+_LAZY = {
+    "assert_enqueued": "assertions",
+    "assert_not_enqueued": "assertions",
+    "bound_to": "binding",
+    "DrainResult": "drain",
+    "drain": "drain",
+    "perform": "perform",
+}
 
 
-class FakeClock:
-    """A clock that moves only when told to; pass it as ``clock=`` to a broker."""
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-    def __init__(self, start: float = T0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> float:
-        self.now += seconds
-        return self.now
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
 
 @dataclass(frozen=True)
@@ -86,4 +103,15 @@ def run_released(script: str, argvs: Sequence[Sequence[str]], timeout: float = 6
                 child.communicate()
 
 
-__all__ = ["T0", "BrokerKind", "FakeClock", "run_released"]
+__all__ = [
+    "T0",
+    "BrokerKind",
+    "DrainResult",
+    "FakeClock",
+    "assert_enqueued",
+    "assert_not_enqueued",
+    "bound_to",
+    "drain",
+    "perform",
+    "run_released",
+]
