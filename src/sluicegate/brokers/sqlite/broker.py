@@ -78,6 +78,7 @@ from .watch import Watcher
 ASYNC_THREADS = 2  # enqueue_async's threads per broker: writes take turns on one lock anyway
 FINISHED_BELLS = ".done"  # the doorbell folder's suffix for finished jobs (job.wait)
 CANCEL_BELLS = ".cancels"  # ... for cancels of running jobs (workers stop them)
+LISTEN_WAIT = 2.0  # s subscribe_cancelled waits at most for this process's bell
 MAX_GROUPS = 1000  # groups of equal needs a claim visits per queue (see gated_groups)
 WAL_LIMIT_MB = 32.0  # default wal_limit_mb: a WAL file past it is checkpointed and truncated
 
@@ -128,9 +129,11 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         )
         self._waiters = Subscribers(self._done_watcher.run, self._done_watcher.interrupt)
         # Workers told of cancelled running jobs: a doorbell of their own, rung only by a
-        # cancel of held jobs (their heartbeat finds the rest within a lease/3).
+        # cancel of held jobs. Where no bell can be bound (no Unix sockets, a path too
+        # long for one), any other writer's commit seen in a 1 s poll stands in for the
+        # ring: the worker renews its leases early, at most once a second.
         self._cancel_watcher = Watcher(
-            open_doorbell(self.path, CANCEL_BELLS), 1.0, lambda first: None
+            open_doorbell(self.path, CANCEL_BELLS), 1.0, self._db.data_version, False
         )
         self._cancels = Subscribers(self._cancel_watcher.run, self._cancel_watcher.interrupt)
 
@@ -687,6 +690,13 @@ class SQLiteBroker(OperatorActions, SQLBroker):
 
     def _ring_cancelled(self) -> None:
         self._cancel_watcher.ring_others()
+
+    def subscribe_cancelled(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Also waits (at most LISTEN_WAIT s) until this process's bell is bound, so a
+        cancel committed anywhere after this returns rings it (a worker starting)."""
+        unsubscribe = self._cancels.add(callback)
+        self._cancel_watcher.listening.wait(LISTEN_WAIT)
+        return unsubscribe
 
 
 def _error_json(outcome: Failed) -> str:

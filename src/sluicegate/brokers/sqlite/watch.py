@@ -21,11 +21,19 @@ class Watcher:
         doorbell: Doorbell | None,
         poll_interval: float,
         data_version: Callable[[bool], int | None],
+        check_with_bell: bool = True,
     ) -> None:
+        """``check_with_bell`` False: while a bell listens, rings alone count (news that
+        every writer rings, where any commit is no sign of it); data_version is then read
+        only without a bell, every ``poll_interval``."""
         self.doorbell = doorbell
         self.poll_interval = poll_interval
         self._data_version = data_version
+        self.check_with_bell = check_with_bell
         self.bell: Bell | None = None  # this process's, while someone is subscribed
+        # Set once the loop listens (its bell bound, or none to bind): a ring from then
+        # on is heard. A subscriber that must not miss one waits for it.
+        self.listening = threading.Event()
 
     def ring_others(self) -> None:
         """Ring every other process waiting on this database."""
@@ -43,8 +51,10 @@ class Watcher:
         count; a check that finds the writer busy is skipped."""
         bell = self.doorbell.listen() if self.doorbell is not None else None
         self.bell = bell
+        self.listening.set()
+        checks = bell is None or self.check_with_bell
         try:
-            last = self._data_version(True)
+            last = self._data_version(True) if checks else None
             while not stop.is_set():
                 if bell is not None:
                     rang = bell.wait(BELL_CHECK)
@@ -53,13 +63,14 @@ class Watcher:
                     rang = False
                 if stop.is_set():
                     break
-                version = self._data_version(False)
+                version = self._data_version(False) if checks else None
                 changed = version is not None and version != last
                 if changed:
                     last = version
                 if rang or changed:
                     fire()
         finally:
+            self.listening.clear()
             if bell is not None:
                 if self.bell is bell:  # a later watcher may already have its own
                     self.bell = None
