@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, Unpack, overload
 
 from .brokers import Broker, PausedQueue, broker_from_url
@@ -105,6 +106,22 @@ class App:
                 self._broker.close()
             self._broker = broker if isinstance(broker, Broker) else None
             self._broker_url = broker if isinstance(broker, str) else None
+
+    @contextlib.contextmanager
+    def borrowing(self, broker: Broker) -> Iterator[App]:
+        """Store into and read from ``broker`` inside the block (tests, with a broker of
+        their own); after it, the app's own broker (or URL) is back, neither opened nor
+        closed here. ``broker`` is the caller's to close."""
+        self._stop_waiting()  # job.wait's hub follows the broker
+        with self._lock:
+            saved = self._broker, self._broker_url
+            self._broker, self._broker_url = broker, None
+        try:
+            yield self
+        finally:
+            self._stop_waiting()
+            with self._lock:
+                self._broker, self._broker_url = saved
 
     def close(self) -> None:
         self._stop_waiting()

@@ -23,17 +23,11 @@ if TYPE_CHECKING:
 @contextlib.contextmanager
 def bound_to(app: App, broker: Broker) -> Iterator[App]:
     """``app`` stores into and reads from ``broker`` inside the block; at its end
-    ``broker`` is closed and the app's own broker (or URL) is back."""
-    app._stop_waiting()  # job.wait's hub follows the broker
-    with app._lock:
-        saved = app._broker, app._broker_url
-        app._broker, app._broker_url = broker, None
+    ``broker`` is closed and the app's own broker (or URL) is back (``App.borrowing``)."""
     try:
-        yield app
+        with app.borrowing(broker):
+            yield app
     finally:
-        app._stop_waiting()
-        with app._lock:
-            app._broker, app._broker_url = saved
         broker.close()
 
 
