@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, Unpack, over
 from .brokers import Broker, PausedQueue, broker_from_url
 from .codec import DEFAULT_PAYLOAD_LIMIT, encode_payload
 from .errors import ConfigError, JobNotFound
+from .hooks import Hooks, check_kind
 from .job import Job, JobSpec
 from .limits import Limit, Need, encode_needs, partition_value
 from .names import check_name
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_BROKER = "sqlite:///sluicegate.db"
 DEFAULT_OPTIONS = TaskOptions()  # of a task this app does not register
@@ -82,6 +84,7 @@ class App:
         self.limits: dict[str, Limit] = {}  # declared here or in the settings file
         self.import_path: str | None = None  # "MODULE:APP", set when loaded by that path
         self._waits: Waits | None = None  # job.wait's hub, made on the first wait
+        self.hooks = Hooks()  # lifecycle hooks (sluicegate.hooks, docs/hooks.md)
 
     # ---- broker ------------------------------------------------------------------
     @property
@@ -314,7 +317,7 @@ class App:
     ) -> list[Job]:
         """Enqueue ``(task_name, args, kwargs)`` triples in one transaction; all or nothing."""
         specs = [self._spec(name, args, kwargs, NO_OPTIONS) for name, args, kwargs in calls]
-        return [job.bound(self) for job in self.broker.enqueue(specs, connection=connection)]
+        return self._enqueued(self.broker.enqueue(specs, connection=connection))
 
     def _enqueue(
         self,
@@ -324,7 +327,7 @@ class App:
         options: EnqueueOptions,
     ) -> Job:
         spec = self._spec(name, args, kwargs, options)
-        return self.broker.enqueue([spec], connection=options.connection)[0].bound(self)
+        return self._enqueued(self.broker.enqueue([spec], connection=options.connection))[0]
 
     def _spec(
         self,
@@ -425,7 +428,7 @@ class App:
             specs.append(self._spec(name, args, kwargs, NO_OPTIONS))
             if len(specs) % SPEC_SLICE == 0:
                 await asyncio.sleep(0)
-        return [job.bound(self) for job in await broker.enqueue_async(specs, connection=connection)]
+        return self._enqueued(await broker.enqueue_async(specs, connection=connection))
 
     async def get_job_async(self, job_id: int | str) -> Job:
         """``get_job``, awaited: a fresh read; JobNotFound (or InvalidJobId) likewise."""
@@ -450,7 +453,7 @@ class App:
     ) -> Job:
         broker = await self._ready_async()
         spec = self._spec(name, args, kwargs, options)
-        return (await broker.enqueue_async([spec], connection=options.connection))[0].bound(self)
+        return self._enqueued(await broker.enqueue_async([spec], connection=options.connection))[0]
 
     async def _ready_async(self) -> Broker:
         """The broker, with the settings applied; the first call does both in a thread."""
@@ -489,3 +492,50 @@ class App:
             waits, self._waits = self._waits, None
         if waits is not None:
             waits.close()
+
+    # ---- hooks (sluicegate.hooks; docs/hooks.md) ----------------------------------------
+    def hook(self, kind: str) -> Callable[[F], F]:
+        """Register a lifecycle hook: ``@app.hook("before_job")``. The kinds and their
+        arguments are in docs/hooks.md; an unknown kind is a ConfigError."""
+        check_kind(kind)  # now, not when the decorator is applied
+
+        def register(fn: F) -> F:
+            return self.hooks.add(kind, fn)
+
+        return register
+
+    def on_enqueue(self, fn: F) -> F:
+        """``fn(job)`` after the broker stored each job enqueued through this app."""
+        return self.hooks.add("on_enqueue", fn)
+
+    def before_job(self, fn: F) -> F:
+        """``fn(job)`` just before each attempt's task is called, where it runs."""
+        return self.hooks.add("before_job", fn)
+
+    def after_job(self, fn: F) -> F:
+        """``fn(job, outcome)`` when each attempt ends, whatever its outcome."""
+        return self.hooks.add("after_job", fn)
+
+    def on_retry(self, fn: F) -> F:
+        """``fn(job, outcome)`` after an attempt that will be retried (``Retried``)."""
+        return self.hooks.add("on_retry", fn)
+
+    def on_dead(self, fn: F) -> F:
+        """``fn(job, outcome)`` after an attempt that ends the job dead (``Buried``)."""
+        return self.hooks.add("on_dead", fn)
+
+    def on_worker_start(self, fn: F) -> F:
+        """``fn(worker)`` in a worker process before it claims its first job."""
+        return self.hooks.add("on_worker_start", fn)
+
+    def on_worker_stop(self, fn: F) -> F:
+        """``fn(worker)`` in a worker process once it has stopped."""
+        return self.hooks.add("on_worker_stop", fn)
+
+    def _enqueued(self, jobs: list[Job]) -> list[Job]:
+        """The stored jobs, bound to this app; each one's on_enqueue hooks called."""
+        bound = [job.bound(self) for job in jobs]
+        if self.hooks.on_enqueue:
+            for job in bound:
+                self.hooks.fire("on_enqueue", job)
+        return bound

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...codec import DEFAULT_PAYLOAD_LIMIT, dumps, loads
 from ...context import ProgressSink
+from ...hooks import NO_HOOKS, Hooks, Stopped
 from ...job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobState
 from ...outcomes import Buried, Outcome, Report, Retried, Succeeded
 from ...retry import RetryPolicy, failure, plain_error
@@ -152,7 +153,9 @@ def child_main(
         )
         claimed = ClaimedJob(Claim(job.id, request["token"]), job)
         task = app.tasks[job.task]
-        outcome = run_job(task.fn, task.options.retry, claimed, result_limit, progress.report)
+        outcome = run_job(
+            task.fn, task.options.retry, claimed, result_limit, progress.report, hooks=app.hooks
+        )
         progress.forget()
         # The outcome crosses the pipe with its event named, as the parent must not infer it.
         reply: dict[str, Any] = {"event": outcome.event.value, "rss": _rss_bytes()}
@@ -218,9 +221,13 @@ class ProcessExecutor:
         max_memory_mb: float | None = None,
         result_limit: int = DEFAULT_PAYLOAD_LIMIT,
         progress: ProgressSink | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.name = name
         self.progress = progress  # where the children's progress reports go
+        # Children call before/after_job themselves (their app has its hooks); the parent
+        # calls the end hooks of an attempt it ends (a killed, dead or timed-out child).
+        self.hooks = hooks
         self.slots = slots
         self.app_path = app_path
         self.max_jobs_per_child = max_jobs_per_child
@@ -432,7 +439,11 @@ class ProcessExecutor:
         item = child.item
         if item is not None:
             job = item.claimed.job
-            self._finish(item, failure_of(item, reason, kind, timed_out))
+            report = failure_of(item, reason, kind, timed_out)
+            if self.hooks.ending:  # the child began the attempt; it ends here
+                told = Stopped(item.claimed.claim, report) if child.stopping else report
+                self.hooks.ended(job, told)
+            self._finish(item, report)
             if not child.stopping:
                 log.warning("pool %s: job %s (%s) failed: %s", self.name, job.id, job.task, reason)
         if child.process.is_alive():
@@ -485,6 +496,7 @@ class ProcessModel(ConcurrencyModel):
             max_memory_mb=options["max_memory_mb"],
             result_limit=context.result_limit,
             progress=context.progress,
+            hooks=context.hooks,
         )
 
     @classmethod
