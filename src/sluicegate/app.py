@@ -353,9 +353,10 @@ class App:
                 f"task {name!r}: limit_key names no partitioned limit of the task "
                 "(its partitioned limits: none)"
             )
+        queue = defaults.queue if o.queue is None else o.queue
         return JobSpec(
             task=name,
-            queue=defaults.queue if o.queue is None else o.queue,
+            queue=queue,
             args_json=args_json,
             kwargs_json=kwargs_json,
             run_at=None if o.run_at is None else epoch(o.run_at),
@@ -364,6 +365,7 @@ class App:
             max_attempts=defaults.max_attempts if o.max_attempts is None else o.max_attempts,
             unique_key=o.unique_key,
             limits=needs,
+            headers=self.hooks.headers(name, queue) if self.hooks.enqueue_headers else None,
         )
 
     # ---- reading -------------------------------------------------------------------
@@ -503,6 +505,11 @@ class App:
             return self.hooks.add(kind, fn)
 
         return register
+
+    def enqueue_headers(self, fn: F) -> F:
+        """``fn(task, queue) -> dict[str, str] | None``: headers stored with each job,
+        before the broker stores it (``job.headers``; trace context, say)."""
+        return self.hooks.add("enqueue_headers", fn)
 
     def on_enqueue(self, fn: F) -> F:
         """``fn(job)`` after the broker stored each job enqueued through this app."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigError
-from .job import Claim
+from .job import Claim, encode_headers
 from .outcomes import Buried, Report, Retried, Settled, Succeeded
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # The kinds, in the order of a job's life; each with the arguments its hooks get.
 KINDS = (
+    "enqueue_headers",  # (task, queue) -> dict | None: headers to store with the job
     "on_enqueue",  # (job): the stored job, in the producer, after the broker stored it
     "on_worker_start",  # (worker): in the worker process, before its first claim
     "before_job",  # (job): where the attempt runs, just before the task is called
@@ -101,6 +102,25 @@ class Hooks:
         elif self.on_dead and isinstance(outcome, Buried):
             self.fire("on_dead", job, outcome)
 
+    def headers(self, task: str, queue: str) -> str | None:
+        """The enqueue_headers hooks' headers for one job, merged (later hooks win) and
+        encoded; a hook that raises, or returns what is not a dict of str, is logged and
+        left out."""
+        merged: dict[str, str] = {}
+        for fn in self.enqueue_headers:
+            try:
+                found = fn(task, queue)
+                if found is not None:
+                    encode_headers(found)  # checks keys and values
+                    merged.update(found)
+            except Exception:
+                log.exception("hook enqueue_headers %s raised (ignored)", describe(fn))
+        try:
+            return encode_headers(merged)
+        except ValueError:  # too long, together
+            log.exception("hook enqueue_headers: the headers are left out")
+            return None
+
     @property
     def ending(self) -> bool:
         """Whether ``ended`` would call anything."""
@@ -108,6 +128,7 @@ class Hooks:
 
     # Declared for the type checker; __slots__ holds the values.
     if TYPE_CHECKING:
+        enqueue_headers: tuple[Callable[..., Any], ...]
         on_enqueue: tuple[Callable[..., Any], ...]
         on_worker_start: tuple[Callable[..., Any], ...]
         before_job: tuple[Callable[..., Any], ...]

@@ -91,6 +91,46 @@ async def enqueue_many_async(app: App) -> list[Job]:
         await app.aclose()
 
 
+def test_enqueue_headers_are_stored_with_each_job_later_hooks_winning(app: App) -> None:
+    seen: list[tuple[str, str]] = []
+
+    @app.enqueue_headers
+    def first(task: str, queue: str) -> dict[str, str]:
+        seen.append((task, queue))
+        return {"origin": "first", "task": task}
+
+    app.hook("enqueue_headers")(lambda task, queue: {"origin": "second"})
+    app.enqueue_headers(lambda task, queue: None)  # nothing to add
+
+    job = app.enqueue("anything", queue="elsewhere")
+    [bulk] = app.enqueue_many([("other", [], {})])
+    assert job.headers == {"origin": "second", "task": "anything"}
+    assert app.get_job(job.id).headers == job.headers
+    assert app.get_job(bulk.id).headers == {"origin": "second", "task": "other"}
+    assert seen == [("anything", "elsewhere"), ("other", "default")]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda t, q: 1 / 0,
+        lambda t, q: {"n": 1},
+        lambda t, q: ["traceparent"],
+        lambda t, q: {3: "x"},
+    ],
+)
+def test_a_failing_enqueue_headers_hook_is_logged_and_left_out(
+    app: App, bad: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    app.enqueue_headers(bad)
+    app.enqueue_headers(lambda task, queue: {"kept": "yes"})
+    with caplog.at_level(logging.ERROR, logger="sluicegate.hooks"):
+        job = app.enqueue("anything")
+    assert app.get_job(job.id).headers == {"kept": "yes"}
+    [failure] = [r for r in caplog.records if "hook enqueue_headers" in r.getMessage()]
+    assert failure.exc_info is not None
+
+
 def test_hooks_run_in_registration_order(app: App) -> None:
     order: list[str] = []
     app.on_enqueue(lambda job: order.append("first"))
@@ -101,7 +141,9 @@ def test_hooks_run_in_registration_order(app: App) -> None:
 
 @pytest.mark.parametrize("kind", ["on_finish", "", None, "before-job"])
 def test_an_unknown_hook_kind_is_refused_naming_the_kinds(app: App, kind: Any) -> None:
-    with pytest.raises(ConfigError, match=r"unknown hook .*the hooks are: on_enqueue, "):
+    with pytest.raises(
+        ConfigError, match=r"unknown hook .*the hooks are: enqueue_headers, on_enqueue, "
+    ):
         app.hook(kind)
 
 

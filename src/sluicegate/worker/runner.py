@@ -35,9 +35,10 @@ def run_job(
     stopped: StopCheck | None = None,
     hooks: Hooks = NO_HOOKS,
     ends_here: EndsHere | None = None,
+    pool: str | None = None,
 ) -> Outcome:
     job = claimed.job
-    token = set_current(RunningJob(job, claimed.claim, progress, stopped))
+    token = set_current(RunningJob(job, claimed.claim, progress, stopped, pool))
     try:
         if hooks.before_job:
             hooks.fire("before_job", job)
@@ -64,6 +65,7 @@ def run_transactional(
     stopped: StopCheck | None = None,
     hooks: Hooks = NO_HOOKS,
     ends_here: EndsHere | None = None,
+    pool: str | None = None,
 ) -> Report:
     """Run a transactional task: its writes and the ack commit in one transaction.
 
@@ -72,7 +74,7 @@ def run_transactional(
     either applies the retry or finds the ack already committed, never both.
     """
     job = claimed.job
-    token = set_current(RunningJob(job, claimed.claim, progress, stopped))
+    token = set_current(RunningJob(job, claimed.claim, progress, stopped, pool))
     try:
         if hooks.before_job:
             hooks.fire("before_job", job)
@@ -102,11 +104,12 @@ async def run_job_async(
     progress: ProgressSink | None = None,
     stopped: StopCheck | None = None,
     hooks: Hooks = NO_HOOKS,
+    pool: str | None = None,
 ) -> Outcome:
     """Await a coroutine task; ``timeout`` cancels it and fails the attempt. The hooks are
     plain calls on the loop's thread, before the coroutine starts and after it ended."""
     job = claimed.job
-    token = set_current(RunningJob(job, claimed.claim, progress, stopped))
+    token = set_current(RunningJob(job, claimed.claim, progress, stopped, pool))
     deadline = asyncio.timeout(timeout)
     try:
         if hooks.before_job:
@@ -126,6 +129,18 @@ async def run_job_async(
         if hooks.ending:
             hooks.ended(job, told(claimed, outcome, stopped))
         return outcome
+    finally:
+        reset_current(token)
+
+
+def ended_elsewhere(
+    hooks: Hooks, claimed: ClaimedJob, outcome: HookOutcome, pool: str | None
+) -> None:
+    """The end hooks of an attempt the worker ended itself (a thread's timeout, a killed
+    process child), run where that was decided, with ``current_job()`` set as in a task."""
+    token = set_current(RunningJob(claimed.job, claimed.claim, pool=pool))
+    try:
+        hooks.ended(claimed.job, outcome)
     finally:
         reset_current(token)
 

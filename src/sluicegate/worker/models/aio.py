@@ -147,6 +147,7 @@ class AsyncExecutor:
             self.progress,
             self.stopped,
             self.hooks,
+            self.name,
         )
         self._on_done(item, report, True)
 

@@ -38,6 +38,7 @@ from ...job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobState
 from ...outcomes import Buried, Outcome, Report, Retried, Succeeded
 from ...retry import RetryPolicy, failure, plain_error
 from ..executors import DoneCallback, StartCallback, WorkItem
+from ..runner import ended_elsewhere
 from .base import ConcurrencyModel, ModelOption, PoolContext, needs_async_pool, needs_thread_pool
 
 if TYPE_CHECKING:
@@ -113,7 +114,11 @@ class ChildProgress:
 
 
 def child_main(
-    app_path: str, conn: Connection, max_memory_mb: float | None, result_limit: int
+    app_path: str,
+    conn: Connection,
+    max_memory_mb: float | None,
+    result_limit: int,
+    pool: str | None = None,
 ) -> None:
     """A child's life: import the app, then run one job per message until told to stop."""
     _die_with_parent()
@@ -150,11 +155,18 @@ def child_main(
             kwargs=request["kwargs"],
             attempts=request["attempts"],
             max_attempts=request["max_attempts"],
+            headers=request.get("headers") or {},
         )
         claimed = ClaimedJob(Claim(job.id, request["token"]), job)
         task = app.tasks[job.task]
         outcome = run_job(
-            task.fn, task.options.retry, claimed, result_limit, progress.report, hooks=app.hooks
+            task.fn,
+            task.options.retry,
+            claimed,
+            result_limit,
+            progress.report,
+            hooks=app.hooks,
+            pool=pool,
         )
         progress.forget()
         # The outcome crosses the pipe with its event named, as the parent must not infer it.
@@ -254,7 +266,7 @@ class ProcessExecutor:
         parent_end, child_end = _ctx.Pipe()
         process = _ctx.Process(
             target=child_main,
-            args=(self.app_path, child_end, self.max_memory_mb, self.result_limit),
+            args=(self.app_path, child_end, self.max_memory_mb, self.result_limit, self.name),
             name=f"sluicegate-{self.name}",
             daemon=True,
         )
@@ -305,6 +317,8 @@ class ProcessExecutor:
                 "max_attempts": job.max_attempts,
                 "token": item.claimed.claim.token,
             }
+            if job.headers:  # the trace context (sluicegate.otel), for the child's hooks
+                request["headers"] = job.headers
             child.item = item
             child.deadline = time.monotonic() + item.timeout if item.timeout else None
             assert self._on_start is not None
@@ -442,7 +456,7 @@ class ProcessExecutor:
             report = failure_of(item, reason, kind, timed_out)
             if self.hooks.ending:  # the child began the attempt; it ends here
                 told = Stopped(item.claimed.claim, report) if child.stopping else report
-                self.hooks.ended(job, told)
+                ended_elsewhere(self.hooks, item.claimed, told, self.name)
             self._finish(item, report)
             if not child.stopping:
                 log.warning("pool %s: job %s (%s) failed: %s", self.name, job.id, job.task, reason)

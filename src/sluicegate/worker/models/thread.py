@@ -24,7 +24,7 @@ from ...job import Claim, ClaimedJob
 from ...outcomes import Report
 from ...retry import RetryPolicy
 from ..executors import DoneCallback, StartCallback, WorkItem
-from ..runner import EndsHere, run_job, run_transactional, timed_out
+from ..runner import EndsHere, ended_elsewhere, run_job, run_transactional, timed_out
 from ..transactional import TransactionalStore
 from .base import ConcurrencyModel, PoolContext, needs_async_pool
 
@@ -135,6 +135,7 @@ class ThreadExecutor:
                 self.stopped,
                 self.hooks,
                 ends_here,
+                self.name,
             )
         return run_job(
             item.fn,
@@ -145,6 +146,7 @@ class ThreadExecutor:
             self.stopped,
             self.hooks,
             ends_here,
+            self.name,
         )
 
     def _ends_here(self, index: int) -> bool:
@@ -179,7 +181,7 @@ class ThreadExecutor:
                         # frees the slot) can only come after this one.
                         report = self._timed_out(item)
                         if self.hooks.ending:  # told here: the late return skips them
-                            self.hooks.ended(item.claimed.job, report)
+                            ended_elsewhere(self.hooks, item.claimed, report, self.name)
                         on_done(item, report, False)
                     else:
                         self._wakes_at = min(self._wakes_at, deadline)
