@@ -118,7 +118,8 @@ class ThreadExecutor:
                 self._timed[index], self._deadlines[index] = item, deadline
                 if deadline < self._wakes_at:
                     self._clock.notify()
-            report = self._run(item, functools.partial(self._ends_here, index))
+            ends_here = functools.partial(self._ends_here, index) if self.hooks.ending else None
+            report = self._run(item, ends_here)
             with self._clock:  # after this, the timeout thread cannot report this item
                 self._timed[index] = self._deadlines[index] = None
             on_done(item, report, True)
