@@ -68,17 +68,21 @@ class Hooks:
     """The hooks of one app, by kind (``app.hooks``). Register with ``app.hook(kind)`` or
     the ``app.on_enqueue``-style shortcuts; the tuples are read on the hot path."""
 
-    __slots__ = KINDS
+    __slots__ = (*KINDS, "ending")
 
     def __init__(self) -> None:
         for kind in KINDS:
             setattr(self, kind, ())
+        # Whether ``ended`` would call anything: kept as a plain attribute, as the runner
+        # reads it once per attempt.
+        self.ending = False
 
     def add(self, kind: str, fn: F) -> F:
         check_kind(kind)
         if not callable(fn):
             raise ConfigError(f"hook {kind!r} must be callable, not {type(fn).__name__}")
         setattr(self, kind, (*getattr(self, kind), fn))
+        self.ending = bool(self.after_job or self.on_retry or self.on_dead)
         return fn
 
     def __bool__(self) -> bool:
@@ -120,11 +124,6 @@ class Hooks:
         except ValueError:  # too long, together
             log.exception("hook enqueue_headers: the headers are left out")
             return None
-
-    @property
-    def ending(self) -> bool:
-        """Whether ``ended`` would call anything."""
-        return bool(self.after_job or self.on_retry or self.on_dead)
 
     # Declared for the type checker; __slots__ holds the values.
     if TYPE_CHECKING:
