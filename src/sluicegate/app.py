@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, Unpack, over
 from .brokers import Broker, PausedQueue, broker_from_url
 from .codec import DEFAULT_PAYLOAD_LIMIT, encode_payload
 from .errors import ConfigError, JobNotFound
+from .hooks import Hooks, check_kind
 from .job import Job, JobSpec
 from .limits import Limit, Need, encode_needs, partition_value
 from .names import check_name
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_BROKER = "sqlite:///sluicegate.db"
 DEFAULT_OPTIONS = TaskOptions()  # of a task this app does not register
@@ -83,6 +85,7 @@ class App:
         self.limits: dict[str, Limit] = {}  # declared here or in the settings file
         self.import_path: str | None = None  # "MODULE:APP", set when loaded by that path
         self._waits: Waits | None = None  # job.wait's hub, made on the first wait
+        self.hooks = Hooks()  # lifecycle hooks (sluicegate.hooks, docs/hooks.md)
 
     # ---- broker ------------------------------------------------------------------
     @property
@@ -331,7 +334,7 @@ class App:
     ) -> list[Job]:
         """Enqueue ``(task_name, args, kwargs)`` triples in one transaction; all or nothing."""
         specs = [self._spec(name, args, kwargs, NO_OPTIONS) for name, args, kwargs in calls]
-        return [job.bound(self) for job in self.broker.enqueue(specs, connection=connection)]
+        return self._enqueued(self.broker.enqueue(specs, connection=connection))
 
     def _enqueue(
         self,
@@ -341,7 +344,7 @@ class App:
         options: EnqueueOptions,
     ) -> Job:
         spec = self._spec(name, args, kwargs, options)
-        return self.broker.enqueue([spec], connection=options.connection)[0].bound(self)
+        return self._enqueued(self.broker.enqueue([spec], connection=options.connection))[0]
 
     def _spec(
         self,
@@ -367,9 +370,10 @@ class App:
                 f"task {name!r}: limit_key names no partitioned limit of the task "
                 "(its partitioned limits: none)"
             )
+        queue = defaults.queue if o.queue is None else o.queue
         return JobSpec(
             task=name,
-            queue=defaults.queue if o.queue is None else o.queue,
+            queue=queue,
             args_json=args_json,
             kwargs_json=kwargs_json,
             run_at=None if o.run_at is None else epoch(o.run_at),
@@ -378,6 +382,7 @@ class App:
             max_attempts=defaults.max_attempts if o.max_attempts is None else o.max_attempts,
             unique_key=o.unique_key,
             limits=needs,
+            headers=self.hooks.headers(name, queue) if self.hooks.enqueue_headers else None,
         )
 
     # ---- reading -------------------------------------------------------------------
@@ -442,7 +447,7 @@ class App:
             specs.append(self._spec(name, args, kwargs, NO_OPTIONS))
             if len(specs) % SPEC_SLICE == 0:
                 await asyncio.sleep(0)
-        return [job.bound(self) for job in await broker.enqueue_async(specs, connection=connection)]
+        return self._enqueued(await broker.enqueue_async(specs, connection=connection))
 
     async def get_job_async(self, job_id: int | str) -> Job:
         """``get_job``, awaited: a fresh read; JobNotFound (or InvalidJobId) likewise."""
@@ -469,7 +474,7 @@ class App:
     ) -> Job:
         broker = await self._ready_async()
         spec = self._spec(name, args, kwargs, options)
-        return (await broker.enqueue_async([spec], connection=options.connection))[0].bound(self)
+        return self._enqueued(await broker.enqueue_async([spec], connection=options.connection))[0]
 
     async def _ready_async(self) -> Broker:
         """The broker, with the settings applied; the first call does both in a thread."""
@@ -516,3 +521,55 @@ class App:
             waits, self._waits = self._waits, None
         if waits is not None:
             waits.close()
+
+    # ---- hooks (sluicegate.hooks; docs/hooks.md) ----------------------------------------
+    def hook(self, kind: str) -> Callable[[F], F]:
+        """Register a lifecycle hook: ``@app.hook("before_job")``. The kinds and their
+        arguments are in docs/hooks.md; an unknown kind is a ConfigError."""
+        check_kind(kind)  # now, not when the decorator is applied
+
+        def register(fn: F) -> F:
+            return self.hooks.add(kind, fn)
+
+        return register
+
+    def enqueue_headers(self, fn: F) -> F:
+        """``fn(task, queue) -> dict[str, str] | None``: headers stored with each job,
+        before the broker stores it (``job.headers``; trace context, say)."""
+        return self.hooks.add("enqueue_headers", fn)
+
+    def on_enqueue(self, fn: F) -> F:
+        """``fn(job)`` after the broker stored each job enqueued through this app."""
+        return self.hooks.add("on_enqueue", fn)
+
+    def before_job(self, fn: F) -> F:
+        """``fn(job)`` just before each attempt's task is called, where it runs."""
+        return self.hooks.add("before_job", fn)
+
+    def after_job(self, fn: F) -> F:
+        """``fn(job, outcome)`` when each attempt ends, whatever its outcome."""
+        return self.hooks.add("after_job", fn)
+
+    def on_retry(self, fn: F) -> F:
+        """``fn(job, outcome)`` after an attempt that will be retried (``Retried``)."""
+        return self.hooks.add("on_retry", fn)
+
+    def on_dead(self, fn: F) -> F:
+        """``fn(job, outcome)`` after an attempt that ends the job dead (``Buried``)."""
+        return self.hooks.add("on_dead", fn)
+
+    def on_worker_start(self, fn: F) -> F:
+        """``fn(worker)`` in a worker process before it claims its first job."""
+        return self.hooks.add("on_worker_start", fn)
+
+    def on_worker_stop(self, fn: F) -> F:
+        """``fn(worker)`` in a worker process once it has stopped."""
+        return self.hooks.add("on_worker_stop", fn)
+
+    def _enqueued(self, jobs: list[Job]) -> list[Job]:
+        """The stored jobs, bound to this app; each one's on_enqueue hooks called."""
+        bound = [job.bound(self) for job in jobs]
+        if self.hooks.on_enqueue:
+            for job in bound:
+                self.hooks.fire("on_enqueue", job)
+        return bound

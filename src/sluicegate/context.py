@@ -27,7 +27,7 @@ class RunningJob:
     """The attempt being run. Reads fall through to the claimed ``Job`` (``id``,
     ``attempts``, ``args``, ...); calls speak for this attempt, fenced by its claim."""
 
-    __slots__ = ("_sink", "_stopped", "claim", "job")
+    __slots__ = ("_sink", "_stopped", "claim", "job", "pool")
 
     def __init__(
         self,
@@ -35,9 +35,11 @@ class RunningJob:
         claim: Claim,
         sink: ProgressSink | None = None,
         stopped: StopCheck | None = None,
+        pool: str | None = None,
     ) -> None:
         self.job = job
         self.claim = claim
+        self.pool = pool  # the name of the pool running the attempt (None: not in a worker)
         self._sink = sink
         self._stopped = stopped
 

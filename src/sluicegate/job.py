@@ -7,6 +7,7 @@ This module does no I/O. Brokers ask it which states an event may start from
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import operator
 import re
@@ -224,6 +225,42 @@ def checked_progress(fraction: object, message: object = None) -> tuple[float, s
     return value, message[:PROGRESS_MESSAGE].replace("\x00", "\ufffd")
 
 
+HEADERS_LIMIT = 8192  # characters of a job's encoded headers
+
+
+def encode_headers(headers: object) -> str | None:
+    """A job's headers as stored: string keys to string values, as JSON text (None when
+    there are none). Anything else raises TypeError naming what is wrong; more than
+    HEADERS_LIMIT characters, ValueError."""
+    if headers is None:
+        return None
+    if not isinstance(headers, dict):
+        raise TypeError(f"job headers must be a dict of str to str, not {type(headers).__name__}")
+    for key, value in headers.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"job header {key!r}: keys and values must be str, not {value!r}")
+    if not headers:
+        return None
+    text = json.dumps(headers, sort_keys=True, separators=(",", ":"))
+    if len(text) > HEADERS_LIMIT:
+        raise ValueError(f"job headers take {len(text)} characters; at most {HEADERS_LIMIT}")
+    return text
+
+
+def stored_headers(text: str | None) -> dict[str, str]:
+    """A row's headers; anything unreadable reads as none (a job is never refused for
+    what only its tracing reads)."""
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+
+
 class Waiter(Protocol):
     """What a Job's ``wait`` and ``cancel`` go back to: the App that stored or read it."""
 
@@ -259,6 +296,7 @@ class Job:
     limits: tuple[tuple[str, str | None, int], ...] = ()  # (limit, partition value, cost)
     history: list[dict[str, Any]] = field(default_factory=list)  # off the happy path: Happened
     progress: Progress | None = None  # as a running attempt last reported it (heartbeats)
+    headers: dict[str, str] = field(default_factory=dict)  # set at enqueue (trace context)
 
     @classmethod
     def from_fields(cls, **fields: Any) -> Job:
@@ -271,6 +309,7 @@ class Job:
         values = dict(_JOB_DEFAULTS)
         values["args"], values["kwargs"] = [], {}  # fresh mutable defaults, never shared
         values["history"] = []
+        values["headers"] = {}
         values.update(fields)
         job.__dict__.update(values)
         return job
@@ -346,6 +385,7 @@ class Job:
             "limits": [{"limit": n, "partition": p, "cost": c} for n, p, c in self.limits],
             "history": self.history,
             "progress": self.progress.to_dict() if self.progress else None,
+            "headers": self.headers,
         }
 
 
@@ -400,3 +440,4 @@ class JobSpec:
     max_attempts: int = 3
     unique_key: str | None = None
     limits: str | None = None  # the job's needs, encoded (sluicegate.limits.encode_needs)
+    headers: str | None = None  # string pairs as JSON text (encode_headers); None: none

@@ -33,6 +33,7 @@ from ..job import (
     history_error,
     initial_state,
     job_id_of,
+    stored_headers,
 )
 from ..limits import (
     Bucket,
@@ -165,6 +166,7 @@ class MemoryBroker(Broker):
                     enqueued_at=now,
                     unique_key=spec.unique_key,
                     limits=decode_needs(spec.limits),
+                    headers=stored_headers(spec.headers),
                 )
                 self._jobs[job.id] = job
                 out.append(job)

@@ -35,6 +35,7 @@ from ..job import (
     Progress,
     in_order,
     job_id_of,
+    stored_headers,
 )
 from ..limits import Bucket, Key, Limit, decode_needs
 from ..outcomes import Outcome
@@ -99,6 +100,7 @@ class JobRows:
             limits,
             history,
             progress,
+            headers,
         ) = self._pick(row)
         return Job.from_fields(
             id=JobId(id_),
@@ -122,6 +124,7 @@ class JobRows:
             limits=decode_needs(limits) if limits else (),
             history=stored_history(history),
             progress=stored_progress(progress),
+            headers=stored_headers(headers),
         )
 
     def claimed(self, row: Row, token: int) -> ClaimedJob:

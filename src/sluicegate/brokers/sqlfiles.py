@@ -42,7 +42,7 @@ JOB_COLUMNS = (
     "id", "queue", "task", "args", "kwargs", "state", "priority", "run_at", "attempts",
     "max_attempts", "unique_key", "worker_id", "lease_expires_at", "enqueued_at",
     "started_at", "finished_at", "result", "last_error", "limits", "history",
-    "progress",
+    "progress", "headers",
 )  # fmt: skip
 
 Value = str | Callable[[str], str]

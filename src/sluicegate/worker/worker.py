@@ -255,7 +255,10 @@ class Worker:
         unsubscribe = self.broker.subscribe(self._on_wakeup)
         unsubscribe_cancels = self.broker.subscribe_cancelled(self._on_cancel_notice)
         log.info("worker %s started: %s", self.worker_id, self._describe())
+        hooks = self.app.hooks
         try:
+            if hooks.on_worker_start:
+                hooks.fire("on_worker_start", self)
             while not self._turn():
                 pass
         finally:
@@ -268,6 +271,8 @@ class Worker:
                     log.exception("stopping %s failed", type(service).__name__)
             if self.exporter is not None:
                 self.exporter.stop()
+            if hooks.on_worker_stop:
+                hooks.fire("on_worker_stop", self)
             log.info("worker %s stopped", self.worker_id)
 
     def _turn(self) -> bool:

@@ -1,6 +1,7 @@
 """Rows in: the PostgreSQL broker's inserts, plain (batched with ``unnest``, or one job
 with plain parameters) and by unique key, and the NOTIFY that wakes workers elsewhere.
-Every path stores the job's limit needs (``JobSpec.limits``, canonical JSON text)."""
+Every path stores the job's limit needs (``JobSpec.limits``, canonical JSON text) and
+its headers (``JobSpec.headers``, JSON text or None)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def spec_params(spec: JobSpec) -> dict[str, Any]:
         "run_at": spec.run_at,
         "delay": spec.delay,
         "limits": spec.limits,
+        "headers": spec.headers,
     }
 
 
@@ -52,6 +54,7 @@ def plain_params(
         "delay": [float(s.delay) for s in specs],
         "run_at": [None if s.run_at is None else float(s.run_at) for s in specs],
         "limits": [s.limits for s in specs],
+        "headers": [s.headers for s in specs],
         "now": now,
         "channel": channel,
         "queues": sorted({s.queue for s in specs}) if notify else [],

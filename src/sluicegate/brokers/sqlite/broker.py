@@ -32,6 +32,7 @@ from ...job import (
     Progress,
     history_error,
     in_claim_order,
+    stored_headers,
 )
 from ...limits import (
     Candidate,
@@ -197,6 +198,7 @@ class SQLiteBroker(OperatorActions, SQLBroker):
                     spec.unique_key,
                     now,
                     spec.limits,
+                    spec.headers,
                 )
             )
         ids: list[int] = [0] * len(specs)
@@ -230,7 +232,7 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         # caller's own objects (tuples, lists mutated later) never leak into the result.
         jobs = []
         for i, row in enumerate(rows):
-            queue, task, args, kwargs, state, priority, run_at, attempts, key, _, needs = row
+            queue, task, args, kwargs, state, priority, run_at, attempts, key, _, needs, heads = row
             if i in existing:
                 jobs.append(existing[i])
                 continue
@@ -248,6 +250,7 @@ class SQLiteBroker(OperatorActions, SQLBroker):
                     enqueued_at=now,
                     unique_key=key,
                     limits=decode_needs(needs),
+                    headers=stored_headers(heads),
                 )
             )
         return jobs

@@ -43,7 +43,7 @@ listings against a count of every job, whenever finished counts settle),
 ``history`` (a job's entries off the happy path), ``paused_queues`` (pause, resume
 and the paused set), ``async_producers`` (``enqueue_async`` and ``get_job_async``
 against their sync twins), ``progress`` (a running job's progress, carried by
-heartbeats), ``cancel_notices`` (a cancel of a held job tells the workers) and
+heartbeats), ``headers`` (string pairs stored with a job at enqueue), ``cancel_notices`` (a cancel of a held job tells the workers) and
 ``wait_results`` (waiting for a job's result: every outcome, sync and
 async, and what 1,000 waiters cost).
 """
@@ -56,6 +56,7 @@ from . import (
     cancel_notices,
     edge_values,
     enqueue_claim,
+    headers,
     helpers,
     history,
     lifecycle_races,
@@ -78,6 +79,7 @@ from .bulk_actions import *  # noqa: F403
 from .cancel_notices import *  # noqa: F403
 from .edge_values import *  # noqa: F403
 from .enqueue_claim import *  # noqa: F403
+from .headers import *  # noqa: F403
 from .helpers import *  # noqa: F403
 from .helpers import BOOM as BOOM
 from .helpers import LEASE as LEASE
@@ -109,6 +111,7 @@ __all__ = [
     *helpers.__all__,
     *enqueue_claim.__all__,
     *async_producers.__all__,
+    *headers.__all__,
     *record_lease.__all__,
     *recovery_actions.__all__,
     *recover_worker.__all__,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...context import ProgressSink, StopCheck
+from ...hooks import NO_HOOKS, Hooks
 from ...job import Claim, ClaimedJob
 from ...outcomes import Report
 from ...retry import RetryPolicy
@@ -52,10 +53,12 @@ class AsyncExecutor:
         blocked_after: float = BLOCKED_AFTER,
         progress: ProgressSink | None = None,
         stopped: StopCheck | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.name = name
         self.progress = progress
         self.stopped = stopped
+        self.hooks = hooks  # plain calls on the loop's thread (keep them cheap)
         self.slots = slots
         self.result_limit = result_limit
         self.blocked_after = blocked_after
@@ -150,6 +153,8 @@ class AsyncExecutor:
             item.timeout,
             self.progress,
             self.stopped,
+            self.hooks,
+            self.name,
         )
         self._on_done(item, report, True)
 
@@ -208,7 +213,12 @@ class AsyncModel(ConcurrencyModel):
         cls, name: str, slots: int, options: Mapping[str, Any], context: PoolContext
     ) -> AsyncExecutor:
         return AsyncExecutor(
-            name, slots, context.result_limit, progress=context.progress, stopped=context.stopped
+            name,
+            slots,
+            context.result_limit,
+            progress=context.progress,
+            stopped=context.stopped,
+            hooks=context.hooks,
         )
 
     @classmethod

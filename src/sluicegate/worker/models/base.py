@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...context import ProgressSink, StopCheck
 from ...errors import ConfigError
+from ...hooks import NO_HOOKS, Hooks
 from ...job import ClaimedJob
 from ...names import number_problem
 from ..executors import Executor, WorkItem
@@ -59,6 +60,7 @@ class PoolContext:
     store: TransactionalStore  # transactional tasks commit their writes and ack here
     progress: ProgressSink | None = None  # where current_job().progress(...) reports go
     stopped: StopCheck | None = None  # current_job().cancelled asks here
+    hooks: Hooks = NO_HOOKS  # the app's lifecycle hooks (the runner calls them)
 
 
 class ConcurrencyModel(ABC):

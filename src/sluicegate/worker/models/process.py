@@ -33,10 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 from ...codec import DEFAULT_PAYLOAD_LIMIT, dumps, loads
 from ...context import ProgressSink
+from ...hooks import NO_HOOKS, Hooks, Stopped
 from ...job import Claim, ClaimedJob, ErrorInfo, Event, Job, JobId, JobState
 from ...outcomes import Buried, Outcome, Report, Retried, Succeeded
 from ...retry import RetryPolicy, failure, plain_error
 from ..executors import DoneCallback, StartCallback, WorkItem
+from ..runner import ended_elsewhere
 from .base import ConcurrencyModel, ModelOption, PoolContext, needs_async_pool, needs_thread_pool
 
 if TYPE_CHECKING:
@@ -112,7 +114,11 @@ class ChildProgress:
 
 
 def child_main(
-    app_path: str, conn: Connection, max_memory_mb: float | None, result_limit: int
+    app_path: str,
+    conn: Connection,
+    max_memory_mb: float | None,
+    result_limit: int,
+    pool: str | None = None,
 ) -> None:
     """A child's life: import the app, then run one job per message until told to stop."""
     _die_with_parent()
@@ -149,10 +155,19 @@ def child_main(
             kwargs=request["kwargs"],
             attempts=request["attempts"],
             max_attempts=request["max_attempts"],
+            headers=request.get("headers") or {},
         )
         claimed = ClaimedJob(Claim(job.id, request["token"]), job)
         task = app.tasks[job.task]
-        outcome = run_job(task.fn, task.options.retry, claimed, result_limit, progress.report)
+        outcome = run_job(
+            task.fn,
+            task.options.retry,
+            claimed,
+            result_limit,
+            progress.report,
+            hooks=app.hooks,
+            pool=pool,
+        )
         progress.forget()
         # The outcome crosses the pipe with its event named, as the parent must not infer it.
         reply: dict[str, Any] = {"event": outcome.event.value, "rss": _rss_bytes()}
@@ -218,9 +233,13 @@ class ProcessExecutor:
         max_memory_mb: float | None = None,
         result_limit: int = DEFAULT_PAYLOAD_LIMIT,
         progress: ProgressSink | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.name = name
         self.progress = progress  # where the children's progress reports go
+        # Children call before/after_job themselves (their app has its hooks); the parent
+        # calls the end hooks of an attempt it ends (a killed, dead or timed-out child).
+        self.hooks = hooks
         self.slots = slots
         self.app_path = app_path
         self.max_jobs_per_child = max_jobs_per_child
@@ -247,7 +266,7 @@ class ProcessExecutor:
         parent_end, child_end = _ctx.Pipe()
         process = _ctx.Process(
             target=child_main,
-            args=(self.app_path, child_end, self.max_memory_mb, self.result_limit),
+            args=(self.app_path, child_end, self.max_memory_mb, self.result_limit, self.name),
             name=f"sluicegate-{self.name}",
             daemon=True,
         )
@@ -298,6 +317,8 @@ class ProcessExecutor:
                 "max_attempts": job.max_attempts,
                 "token": item.claimed.claim.token,
             }
+            if job.headers:  # the trace context (sluicegate.otel), for the child's hooks
+                request["headers"] = job.headers
             child.item = item
             child.deadline = time.monotonic() + item.timeout if item.timeout else None
             assert self._on_start is not None
@@ -432,7 +453,11 @@ class ProcessExecutor:
         item = child.item
         if item is not None:
             job = item.claimed.job
-            self._finish(item, failure_of(item, reason, kind, timed_out))
+            report = failure_of(item, reason, kind, timed_out)
+            if self.hooks.ending:  # the child began the attempt; it ends here
+                told = Stopped(item.claimed.claim, report) if child.stopping else report
+                ended_elsewhere(self.hooks, item.claimed, told, self.name)
+            self._finish(item, report)
             if not child.stopping:
                 log.warning("pool %s: job %s (%s) failed: %s", self.name, job.id, job.task, reason)
         if child.process.is_alive():
@@ -485,6 +510,7 @@ class ProcessModel(ConcurrencyModel):
             max_memory_mb=options["max_memory_mb"],
             result_limit=context.result_limit,
             progress=context.progress,
+            hooks=context.hooks,
         )
 
     @classmethod

@@ -9,6 +9,7 @@ slot stays busy until it returns.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -18,11 +19,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...context import ProgressSink, StopCheck
+from ...hooks import NO_HOOKS, Hooks
 from ...job import Claim, ClaimedJob
 from ...outcomes import Report
 from ...retry import RetryPolicy
 from ..executors import DoneCallback, StartCallback, WorkItem
-from ..runner import run_job, run_transactional, timed_out
+from ..runner import EndsHere, ended_elsewhere, run_job, run_transactional, timed_out
 from ..transactional import TransactionalStore
 from .base import ConcurrencyModel, PoolContext, needs_async_pool
 
@@ -52,10 +54,12 @@ class ThreadExecutor:
         store: TransactionalStore,
         progress: ProgressSink | None = None,
         stopped: StopCheck | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.name = name
         self.progress = progress
         self.stopped = stopped  # current_job().cancelled: the only stop a thread gets
+        self.hooks = hooks
         self.slots = slots
         self.result_limit = result_limit
         self.store = store
@@ -107,19 +111,20 @@ class ThreadExecutor:
                 return
             on_start(item)
             if item.timeout is None:
-                on_done(item, self._run(item), True)
+                on_done(item, self._run(item, None), True)
                 continue
             deadline = time.monotonic() + item.timeout
             with self._clock:
                 self._timed[index], self._deadlines[index] = item, deadline
                 if deadline < self._wakes_at:
                     self._clock.notify()
-            report = self._run(item)
+            ends_here = functools.partial(self._ends_here, index) if self.hooks.ending else None
+            report = self._run(item, ends_here)
             with self._clock:  # after this, the timeout thread cannot report this item
                 self._timed[index] = self._deadlines[index] = None
             on_done(item, report, True)
 
-    def _run(self, item: ThreadItem) -> Report:
+    def _run(self, item: ThreadItem, ends_here: EndsHere | None) -> Report:
         if item.transactional:
             return run_transactional(
                 item.fn,
@@ -129,10 +134,30 @@ class ThreadExecutor:
                 self.store,
                 self.progress,
                 self.stopped,
+                self.hooks,
+                ends_here,
+                self.name,
             )
         return run_job(
-            item.fn, item.policy, item.claimed, self.result_limit, self.progress, self.stopped
+            item.fn,
+            item.policy,
+            item.claimed,
+            self.result_limit,
+            self.progress,
+            self.stopped,
+            self.hooks,
+            ends_here,
+            self.name,
         )
+
+    def _ends_here(self, index: int) -> bool:
+        """The attempt in slot ``index`` returned: True if its deadline had not been
+        reported (and now never will be), False if the timeout thread reported it."""
+        with self._clock:
+            if self._deadlines[index] is None:
+                return False
+            self._deadlines[index] = None
+            return True
 
     def _time_out(self, on_done: DoneCallback) -> None:
         """Report each attempt past its deadline as failed, once; its slot stays busy (the
@@ -155,7 +180,10 @@ class ThreadExecutor:
                         )
                         # Reported with the lock held, so the late return's report (which
                         # frees the slot) can only come after this one.
-                        on_done(item, self._timed_out(item), False)
+                        report = self._timed_out(item)
+                        if self.hooks.ending:  # told here: the late return skips them
+                            ended_elsewhere(self.hooks, item.claimed, report, self.name)
+                        on_done(item, report, False)
                     else:
                         self._wakes_at = min(self._wakes_at, deadline)
                 self._clock.wait(None if self._wakes_at == float("inf") else self._wakes_at - now)
@@ -183,6 +211,7 @@ class ThreadModel(ConcurrencyModel):
             context.store,
             progress=context.progress,
             stopped=context.stopped,
+            hooks=context.hooks,
         )
 
     @classmethod

@@ -116,6 +116,7 @@ class Dispatcher(Service):
             self.broker,
             progress=self.leases.report_progress,
             stopped=self.stopped,
+            hooks=self.app.hooks,
         )
         for pool in self.pools:
             spec = pool.spec

@@ -43,15 +43,15 @@ INSERT INTO {schema}.schema_version (version, name) VALUES (%(version)s, %(name)
 -- notification goes out when the statement commits.
 WITH inserted AS (
     INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at,
-                               max_attempts, unique_key, enqueued_at, limits)
+                               max_attempts, unique_key, enqueued_at, limits, headers)
     SELECT v.queue, v.task, v.args, v.kwargs,
            CASE WHEN v.run_at <= {now} THEN {ready} ELSE {scheduled} END,
-           v.priority, v.run_at, v.max_attempts, NULL, {now}, v.limits
+           v.priority, v.run_at, v.max_attempts, NULL, {now}, v.limits, v.headers
     FROM unnest(%(queue)s::text[], %(task)s::text[], %(args)s::text[], %(kwargs)s::text[],
                 %(priority)s::int[], %(max_attempts)s::int[], %(delay)s::float8[],
-                %(run_at)s::float8[], %(limits)s::text[])
+                %(run_at)s::float8[], %(limits)s::text[], %(headers)s::text[])
          WITH ORDINALITY
-         AS i(queue, task, args, kwargs, priority, max_attempts, delay, at, limits, n)
+         AS i(queue, task, args, kwargs, priority, max_attempts, delay, at, limits, headers, n)
          CROSS JOIN LATERAL (
             SELECT i.*,
                    coalesce(to_timestamp(i.at), {now} + make_interval(secs => i.delay)) AS run_at
@@ -69,10 +69,11 @@ SELECT {job_columns:inserted} FROM inserted WHERE (SELECT count(*) FROM woke) >=
 -- wake-up, in one autocommit statement.
 WITH inserted AS (
     INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at,
-                               max_attempts, unique_key, enqueued_at, limits)
+                               max_attempts, unique_key, enqueued_at, limits, headers)
     SELECT %(queue)s, %(task)s, %(args)s, %(kwargs)s,
            CASE WHEN r.run_at <= {now} THEN {ready} ELSE {scheduled} END,
-           %(priority)s::int, r.run_at, %(max_attempts)s::int, NULL, {now}, %(limits)s::text
+           %(priority)s::int, r.run_at, %(max_attempts)s::int, NULL, {now}, %(limits)s::text,
+           %(headers)s::text
     FROM (SELECT coalesce(to_timestamp(%(run_at)s::float8),
                           {now} + make_interval(secs => %(delay)s::float8)) AS run_at) AS r
     RETURNING *
@@ -85,10 +86,11 @@ SELECT {job_columns:inserted} FROM inserted WHERE (SELECT count(*) FROM woke) >=
 -- returns: job
 -- The conflict target is the partial unique index over unfinished jobs.
 INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
-                           unique_key, enqueued_at, limits)
+                           unique_key, enqueued_at, limits, headers)
 SELECT %(queue)s, %(task)s, %(args)s, %(kwargs)s,
        CASE WHEN r.run_at <= {now} THEN {ready} ELSE {scheduled} END,
-       %(priority)s, r.run_at, %(max_attempts)s, %(unique_key)s, {now}, %(limits)s::text
+       %(priority)s, r.run_at, %(max_attempts)s, %(unique_key)s, {now}, %(limits)s::text,
+       %(headers)s::text
 FROM (SELECT coalesce(to_timestamp(%(run_at)s::float8), {now} + make_interval(secs => %(delay)s))
       AS run_at) AS r
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ({unfinished})

@@ -23,15 +23,15 @@ INSERT INTO schema_version (version, name, applied_at) VALUES (:version, :name, 
 
 -- name: insert_job
 INSERT INTO jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
-                  unique_key, enqueued_at, limits)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                  unique_key, enqueued_at, limits, headers)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_unique_job
 -- The conflict target is the partial unique index over unfinished jobs: its WHERE must
 -- match the index's, states in the same order.
 INSERT INTO jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
-                  unique_key, enqueued_at, limits)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  unique_key, enqueued_at, limits, headers)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ({unfinished})
 DO NOTHING;
 
