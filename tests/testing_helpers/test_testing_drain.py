@@ -31,6 +31,31 @@ def test_a_job_that_always_fails_ends_dead_within_one_drain(sluicegate_any: App)
     assert [j.attempts for j in result.jobs["retried"]] == [1, 2, 3]
 
 
+def test_drain_and_perform_run_the_apps_job_hooks_in_order(sluicegate_sqlite: App) -> None:
+    app = sluicegate_sqlite
+    heard: list[str] = []
+    app.before_job(lambda job: heard.append(f"before {job.attempts}"))
+    app.after_job(lambda job, outcome: heard.append(f"after {job.attempts}"))
+    app.on_retry(lambda job, outcome: heard.append(f"retry {job.attempts}"))
+    app.on_dead(lambda job, outcome: heard.append(f"dead {job.attempts}"))
+
+    @app.task(max_attempts=2)
+    def broken() -> None:
+        raise ConnectionError("down")
+
+    broken.enqueue()
+    drain(app)
+    assert heard == ["before 1", "after 1", "retry 1", "before 2", "after 2", "dead 2"]
+
+    @app.task
+    def fine() -> int:
+        return 1
+
+    heard.clear()
+    assert perform(fine) == 1
+    assert heard == ["before 1", "after 1"]
+
+
 def test_jobs_enqueued_by_jobs_run_in_the_same_drain(sluicegate_sqlite: App) -> None:
     app = sluicegate_sqlite
 

@@ -2,8 +2,8 @@
 ``perform`` share.
 
 The runner functions are the ones every pool model calls (``sluicegate.worker.runner``),
-so whatever the runner does (the current-job context, retry decisions, result encoding)
-a test gets too. The lifecycle around them is the broker's: the job is marked running,
+so whatever the runner does (the current-job context, retry decisions, result encoding,
+the app's job hooks) a test gets too. The lifecycle around them is the broker's: the job is marked running,
 its progress goes in a heartbeat, its outcome is recorded (``broker.record``) and fenced
 by its claim. What differs from a worker: one job at a time, in the caller's process;
 a process-pool task runs here rather than in a child, and a sync task's ``timeout`` is
@@ -93,16 +93,19 @@ class Attempt:
         fn = task.fn if wrap is None else wrap(task.fn)
         policy, limit = task.options.retry, self.app.payload_limit
         report: Report
+        hooks = self.app.hooks  # before_job, after_job, on_retry, on_dead: as a worker's
         if task.is_coroutine:
             timeout = task.options.timeout
-            coro = run_job_async(fn, policy, claimed, limit, timeout, self._report, self._stopped)
+            coro = run_job_async(
+                fn, policy, claimed, limit, timeout, self._report, self._stopped, hooks
+            )
             report = self.loop.run(coro)
         elif task.options.transactional:
             report = run_transactional(
-                fn, policy, claimed, limit, self.broker, self._report, self._stopped
+                fn, policy, claimed, limit, self.broker, self._report, self._stopped, hooks
             )
         else:
-            report = run_job(fn, policy, claimed, limit, self._report, self._stopped)
+            report = run_job(fn, policy, claimed, limit, self._report, self._stopped, hooks)
         progress = self._progress.pop(claimed.claim, None)
         if progress is not None and not isinstance(report, Settled):
             self.broker.heartbeat([claimed.claim], LEASE, {claimed.claim: progress})
