@@ -16,6 +16,7 @@ from .hooks import Hooks, check_kind
 from .job import Job, JobSpec
 from .limits import Limit, Need, encode_needs, partition_value
 from .names import check_name
+from .schedules import Schedule
 from .task import (
     MISSING,
     NO_OPTIONS,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])
+TaskT = TypeVar("TaskT", bound="Task[Any, Any]")  # @app.periodic returns the task it decorates
 
 DEFAULT_BROKER = "sqlite:///sluicegate.db"
 DEFAULT_OPTIONS = TaskOptions()  # of a task this app does not register
@@ -167,6 +169,7 @@ class App:
                 for task in self.tasks.values():
                     self._check_limits(task, declared)
                 self.limits = declared
+                self._configure_schedules(found)  # [schedules.NAME]; their tasks checked
                 self._settings = found  # only once every check passed
             return self._settings
 
@@ -573,3 +576,64 @@ class App:
             for job in bound:
                 self.hooks.fire("on_enqueue", job)
         return bound
+
+    # ---- periodic jobs (issue 15, part 3; docs/schedules.md) ----
+    @property
+    def schedules(self) -> dict[str, Schedule]:
+        """Periodic schedules by name: ``@app.periodic`` ones, and after ``configure`` the
+        settings file's ``[schedules.NAME]`` (a file's schedule replaces one of its name)."""
+        found: dict[str, Schedule] | None = self.__dict__.get("_schedules")
+        if found is None:
+            found = self.__dict__.setdefault("_schedules", {})
+        return found
+
+    def periodic(
+        self,
+        cron: str,
+        *,
+        tz: str = "UTC",
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+        catch_up: int = 0,
+    ) -> Callable[[TaskT], TaskT]:
+        """Run a task at each tick of ``cron`` (5 fields, or 6 with seconds first), read in
+        time zone ``tz``; every worker's scheduler enqueues each tick once across the
+        cluster. Stacked above ``@app.task``; stack several (with distinct ``name``s) for
+        several schedules of one task. ``name`` defaults to the task's; ``catch_up``: how
+        many missed ticks to enqueue after a gap with no worker (0: skip them)."""
+
+        def register(task: TaskT) -> TaskT:
+            if not isinstance(task, Task):
+                raise ConfigError(
+                    f"@app.periodic({cron!r}) decorates a task: put it above @app.task "
+                    f"(got {task!r})"
+                )
+            schedule = Schedule.of(
+                task.name if name is None else name, task.name, cron, tz=tz, args=args,
+                kwargs=kwargs, queue=queue, catch_up=catch_up,
+            )  # fmt: skip
+            if schedule.name in self.schedules:
+                raise ConfigError(
+                    f"schedule {schedule.name!r} is declared twice: give each one a name="
+                )
+            self.schedules[schedule.name] = schedule
+            return task
+
+        return register
+
+    def _configure_schedules(self, found: TaskSettings) -> None:
+        merged = {**self.schedules, **found.schedules}
+        for schedule in merged.values():
+            if schedule.task not in self.tasks:
+                known = ", ".join(sorted(self.tasks)) or "none"
+                where = (
+                    f"{found.source}: schedules.{schedule.name}: "
+                    if (schedule.name in found.schedules)
+                    else f"schedule {schedule.name!r}: "
+                )
+                raise ConfigError(f"{where}task {schedule.task!r} is not a task of the app "
+                                  f"(tasks: {known})")  # fmt: skip
+        self.schedules.clear()
+        self.schedules.update(merged)

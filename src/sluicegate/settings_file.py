@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .errors import ConfigError
 from .limits import Limit
 from .names import number_problem
+from .schedules import Schedule
 from .task import TASK_OPTION_NAMES, TaskOptions, TaskOptionsDict
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ DEFAULT_FILES = ("sluicegate.toml", "pyproject.toml")
 # process applies. Not retry_on and transactional (they belong to the function's code),
 # nor the backoff (process-pool children compute it, and they do not read this file).
 TASK_KEYS = TASK_OPTION_NAMES - {"retry_on", "transactional", "backoff_base", "backoff_max"}
+SCHEDULE_KEYS = frozenset({"task", "cron", "tz", "args", "kwargs", "queue", "catch_up"})
 LIMIT_KEYS = frozenset({"concurrency", "rate", "burst", "scope", "partition"})
 
 
@@ -42,6 +44,7 @@ class TaskSettings:
     path: str | None = None
     tasks: dict[str, TaskOptionsDict] = field(default_factory=dict)
     limits: dict[str, Limit] = field(default_factory=dict)
+    schedules: dict[str, Schedule] = field(default_factory=dict)  # [schedules.NAME]
 
 
 class TableReader:
@@ -111,7 +114,8 @@ def read_task_settings(explicit: str | None = None) -> TaskSettings:
     if found is None:
         return TaskSettings()
     source, path, data = found
-    return TaskSettings(source, path, task_overrides(source, data), limit_tables(source, data))
+    tasks, limits = task_overrides(source, data), limit_tables(source, data)
+    return TaskSettings(source, path, tasks, limits, schedule_tables(source, data))
 
 
 def limit_tables(source: str, data: dict[str, Any]) -> dict[str, Limit]:
@@ -167,3 +171,32 @@ def apply_override(task: Task[Any, Any], settings: TaskSettings) -> None:
             task.options = dataclasses.replace(task.options, **override)
         except ConfigError as exc:  # TaskOptions' own checks: add file and key
             raise ConfigError(f"{settings.source}: tasks.{task.name}: {exc}") from None
+
+
+def schedule_tables(source: str, data: dict[str, Any]) -> dict[str, Schedule]:
+    """Every ``[schedules.NAME]`` table of a settings file, checked (docs/schedules.md)."""
+    tables = TableReader(source, "schedules", data.get("schedules", {}))
+    out = {}
+    for name, table in tables.table.items():
+        r = TableReader(source, f"schedules.{name}", table)
+        r.only(SCHEDULE_KEYS)
+        for key in ("task", "cron"):
+            if key not in r.table:
+                raise r.error(key, "missing (a schedule needs task and cron)")
+        task, cron, tz, queue = (r.text(k) for k in ("task", "cron", "tz", "queue"))
+        args, kwargs = r.table.get("args"), r.table.get("kwargs")
+        if args is not None and not isinstance(args, list):
+            raise r.error("args", f"must be an array, not {args!r}")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise r.error("kwargs", f"must be a table, not {kwargs!r}")
+        catch_up = r.table.get("catch_up", 0)
+        if isinstance(catch_up, bool) or not isinstance(catch_up, int) or catch_up < 0:
+            raise r.error("catch_up", f"must be a whole number >= 0 (0 is skip), not {catch_up!r}")
+        try:
+            out[name] = Schedule.of(
+                name, task or "", cron or "", tz=tz or "UTC", args=args, kwargs=kwargs,
+                queue=queue, catch_up=catch_up,
+            )  # fmt: skip
+        except ConfigError as exc:
+            raise r.error("", str(exc)) from None
+    return out

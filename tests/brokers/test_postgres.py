@@ -79,7 +79,7 @@ class TestMigrations:
         self, pg_url: str, open_pg: Any, sql: Any
     ) -> None:
         broker = open_pg()
-        assert broker.migrations_applied == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+        assert broker.migrations_applied == [1, 2, 3, 4, 5, 6, 7, 8, 9, 11]
         schema = schema_of(pg_url)
         rows = sql.execute(
             f"SELECT version, name FROM {schema}.schema_version ORDER BY 1"
@@ -94,6 +94,7 @@ class TestMigrations:
             (7, "paused_queues"),
             (8, "progress"),
             (9, "headers"),
+            (11, "schedules"),
         ]
         tables = sql.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
@@ -104,6 +105,7 @@ class TestMigrations:
             "limit_buckets",
             "limits",
             "paused_queues",
+            "schedules",
             "schema_version",
             "stats_horizon",
             "stats_settled",
@@ -116,7 +118,7 @@ class TestMigrations:
         second = open_pg()
         assert second.migrations_applied == [] and second.migrate() == []
         schema = schema_of(pg_url)
-        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (9,)
+        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (10,)
         job = first.enqueue([spec()])[0]
         assert second.get_job(job.id) == job  # nothing was recreated under the first handle
 
@@ -131,9 +133,9 @@ class TestMigrations:
             "broker.close()\n"
         )
         outputs = run_released(child, [[pg_url]] * 4)
-        assert sorted(outputs) == [[], [], [], [1, 2, 3, 4, 5, 6, 7, 8, 9]], outputs
+        assert sorted(outputs) == [[], [], [], [1, 2, 3, 4, 5, 6, 7, 8, 9, 11]], outputs
         schema = schema_of(pg_url)
-        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (9,)
+        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (10,)
 
     def test_migrate_false_on_an_unmigrated_schema_names_the_command(
         self, open_pg: Any, sql: Any, pg_url: str

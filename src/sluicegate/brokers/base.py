@@ -100,6 +100,34 @@ class PausedQueue:
         return {"queue": self.queue, "paused_by": self.paused_by, "paused_at": self.paused_at}
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """One periodic schedule's row in the broker: when it was first seen, and the last
+    tick enqueued (epoch s, by the broker's clock) with that tick's job id."""
+
+    name: str
+    since: float
+    last_tick: float | None
+    last_job_id: JobId | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "since": self.since,
+            "last_tick": self.last_tick,
+            "last_job_id": self.last_job_id,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleStates:
+    """``schedule_states``: every schedule's row, and the broker's clock when read (the one
+    clock every worker's scheduler decides by)."""
+
+    rows: dict[str, ScheduleState]
+    now: float
+
+
 BY_MAX = 200  # characters of ``by``: it is shown in tables, not a document
 
 
@@ -719,3 +747,20 @@ class Broker(ABC):
         broker can see them (PostgreSQL: NOTIFY on the schema's "finished" channel, one
         per transaction that ends jobs; SQLite: a doorbell). Returns a function that
         unsubscribes. Waiters also look every second or so: this makes the wake prompt."""
+
+    # ---- periodic schedules (issue 15; sluicegate.schedules, docs/schedules.md) ----
+    @abstractmethod
+    def schedule_states(self) -> ScheduleStates:
+        """Every schedule's row and the broker's clock, in one read."""
+
+    @abstractmethod
+    def register_schedules(self, names: Sequence[str]) -> None:
+        """Add a row for each schedule not yet known, first seen now (broker clock);
+        known ones are left as they are."""
+
+    @abstractmethod
+    def enqueue_tick(self, name: str, tick: float, spec: JobSpec) -> Job | None:
+        """Enqueue ``spec`` as schedule ``name``'s ``tick``, only if the schedule's last
+        tick is earlier (or none): a compare-and-set of the last tick in the transaction
+        that stores the job, so each tick is enqueued once across the cluster, finished
+        or not. None: another process enqueued this tick or a later one first."""

@@ -59,6 +59,8 @@ from .base import (
     QueueStats,
     RecordBatch,
     Recovery,
+    ScheduleState,
+    ScheduleStates,
     Stats,
     WorkerInfo,
     WorkerList,
@@ -94,6 +96,7 @@ class MemoryBroker(Broker):
         self._lock = threading.RLock()
         self._subscribers = Subscribers()
         self._paused: dict[str, PausedQueue] = {}
+        self._schedules: dict[str, ScheduleState] = {}  # periodic schedules, by name
         self._waiters = Subscribers()  # waiters (subscribe_finished)
         self._cancels = Subscribers()  # workers told of cancelled running jobs
 
@@ -747,3 +750,24 @@ class MemoryBroker(Broker):
 
     def subscribe_finished(self, callback: Callable[[], None]) -> Callable[[], None]:
         return self._waiters.add(callback)
+
+    # ---- periodic schedules (issue 15) ----
+    def schedule_states(self) -> ScheduleStates:
+        with self._lock:
+            return ScheduleStates(dict(self._schedules), self._clock())
+
+    def register_schedules(self, names: Sequence[str]) -> None:
+        with self._lock:
+            now = self._clock()
+            for name in names:
+                self._schedules.setdefault(name, ScheduleState(name, now, None, None))
+
+    def enqueue_tick(self, name: str, tick: float, spec: JobSpec) -> Job | None:
+        with self._lock:  # the compare-and-set and the job under one lock
+            known = self._schedules.get(name)
+            if known is not None and known.last_tick is not None and known.last_tick >= tick:
+                return None
+            job = self.enqueue([spec])[0]
+            since = self._clock() if known is None else known.since
+            self._schedules[name] = ScheduleState(name, since, tick, job.id)
+            return job

@@ -276,6 +276,24 @@ def paused_rows(query: Query, rows: Iterable[Row]) -> dict[str, PausedQueue]:
     return out
 
 
+def schedule_rows(query: Query, rows: Iterable[Row]) -> dict[str, base.ScheduleState]:
+    """The rows of ``schedule_rows``, by name (a row without a name is the clock's)."""
+    at = query.at
+    out = {}
+    for row in rows:
+        name = row[at["name"]]
+        if name is None:
+            continue
+        last, job = row[at["last_tick"]], row[at["last_job_id"]]
+        out[name] = base.ScheduleState(
+            name,
+            float(row[at["since"]]),
+            None if last is None else float(last),
+            None if job is None else JobId(int(job)),
+        )
+    return out
+
+
 def limit_params(limit: Limit) -> dict[str, Any]:
     """A limit's columns, and its declaration as JSON (kept for ``reset_limit``)."""
     return {

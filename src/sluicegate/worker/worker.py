@@ -46,6 +46,7 @@ from .services.pruner import Pruner
 from .services.recoverer import Recoverer
 from .services.registry import PUBLISH_INTERVAL, Registry
 from .services.results import ResultWriter
+from .services.scheduler import Scheduler
 from .services.shutdown import Shutdown
 
 if TYPE_CHECKING:
@@ -195,6 +196,10 @@ class Worker:
         )
         for claimer in self.claimers:
             claimer.open_queues = self.pauses.open_queues
+        # Periodic jobs (docs/schedules.md): every worker runs the scheduler; the broker
+        # lets one of them enqueue each tick.
+        schedules = list(app.schedules.values())
+        self.scheduler = Scheduler(app, broker, schedules) if schedules else None
         # The order of a turn: collect finished jobs, shut down, register the limits
         # (once), recover dead neighbours' jobs, read the paused queues, claim, write,
         # maintain, publish.
@@ -209,6 +214,7 @@ class Worker:
             self.leases,
             self.recoverer,
             *([self.pruner] if self.pruner else []),
+            *([self.scheduler] if self.scheduler else []),
             self.registry,
         ]
 

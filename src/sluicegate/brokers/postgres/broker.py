@@ -42,13 +42,22 @@ from ..base import (
     QueueDepth,
     RecordBatch,
     Recovery,
+    ScheduleStates,
     WorkerInfo,
     WorkerList,
     private_folder,
     was_held,
     worker_died_error,
 )
-from ..sqlbase import Row, SQLBroker, matched, paused_rows, worker_params, worker_records
+from ..sqlbase import (
+    Row,
+    SQLBroker,
+    matched,
+    paused_rows,
+    schedule_rows,
+    worker_params,
+    worker_records,
+)
 from ..sqlfiles import JOB_COLUMNS, Query
 from ..wakeups import Subscribers
 from .aconnections import AsyncConnections
@@ -703,6 +712,35 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         unsubscribe = self._waiters.add(callback)
         self._done_listener.listening.wait(LISTEN_WAIT)
         return unsubscribe
+
+    # ---- periodic schedules (issue 15) ----
+    def schedule_states(self) -> ScheduleStates:
+        """The rows and the clock in one statement."""
+        query = self._queries["schedule_rows"]
+        with self._db.single() as conn:
+            rows = conn.execute(query, {"now": self._now()}).fetchall()
+        now = float(rows[0][query.at["now"]])
+        return ScheduleStates(schedule_rows(query, rows), now)
+
+    def register_schedules(self, names: Sequence[str]) -> None:
+        if not names:
+            return
+        with self._db.transaction() as conn:
+            for name in names:
+                conn.execute(self._queries["register_schedule"], {"name": name, "now": self._now()})
+
+    def enqueue_tick(self, name: str, tick: float, spec: JobSpec) -> Job | None:
+        """One transaction: the compare-and-set of the last tick (its row lock makes a
+        concurrent taker wait, then find the tick taken), the job, the job's id."""
+        q = self._queries
+        with self._db.transaction() as conn:
+            params = {"name": name, "now": self._now(), "tick": tick}
+            if conn.execute(q["take_tick"], params).fetchone() is None:
+                return None
+            job = self._insert(conn, [spec])[0]
+            conn.execute(q["tick_job"], {"name": name, "job": job.id})
+        self._subscribers.notify_local()
+        return job
 
 
 def _brief(outcome: Failed) -> str:

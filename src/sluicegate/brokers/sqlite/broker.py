@@ -32,6 +32,7 @@ from ...job import (
     Progress,
     history_error,
     in_claim_order,
+    initial_state,
     stored_headers,
 )
 from ...limits import (
@@ -67,6 +68,7 @@ from ..sqlbase import (
     limit_params,
     matched,
     paused_rows,
+    schedule_rows,
     worker_params,
     worker_records,
 )
@@ -700,6 +702,43 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         unsubscribe = self._cancels.add(callback)
         self._cancel_watcher.listening.wait(LISTEN_WAIT)
         return unsubscribe
+
+    # ---- periodic schedules (issue 15) ----
+    def schedule_states(self) -> base.ScheduleStates:
+        query = self._queries["schedule_rows"]
+        with self._reading() as conn:
+            rows = conn.execute(query).fetchall()
+        return base.ScheduleStates(schedule_rows(query, rows), self._clock())
+
+    def register_schedules(self, names: Sequence[str]) -> None:
+        if not names:
+            return
+        now = self._clock()
+        with self._db.write() as conn:
+            for name in names:
+                conn.execute(self._queries["register_schedule"], {"name": name, "now": now})
+
+    def enqueue_tick(self, name: str, tick: float, spec: JobSpec) -> Job | None:
+        """Under the write lock: the compare-and-set of the last tick, the job, its id."""
+        q = self._queries
+        now = self._clock()
+        run_at = spec.run_at if spec.run_at is not None else now + spec.delay
+        state = initial_state(run_at, now).value
+        row = (spec.queue, spec.task, spec.args_json, spec.kwargs_json, state, spec.priority,
+               run_at, spec.max_attempts, spec.unique_key, now, spec.limits, spec.headers)  # fmt: skip
+        with self._db.write() as conn:
+            params = {"name": name, "now": now, "tick": tick}
+            if conn.execute(q["take_tick"], params).fetchone() is None:
+                return None
+            cur = conn.execute(q["insert_unique_job" if spec.unique_key else "insert_job"], row)
+            if cur.rowcount == 1:
+                job_id = cur.lastrowid or 0
+            else:  # an unfinished job holds the tick's key: that one is the tick's job
+                found = conn.execute(q["unfinished_by_unique_key"], {"key": spec.unique_key})
+                job_id = int(found.fetchone()[q["unfinished_by_unique_key"].at["id"]])
+            conn.execute(q["tick_job"], {"name": name, "job": job_id})
+        self._announce()
+        return self.get_job(job_id)
 
 
 def _error_json(outcome: Failed) -> str:

@@ -43,7 +43,8 @@ listings against a count of every job, whenever finished counts settle),
 ``history`` (a job's entries off the happy path), ``paused_queues`` (pause, resume
 and the paused set), ``async_producers`` (``enqueue_async`` and ``get_job_async``
 against their sync twins), ``progress`` (a running job's progress, carried by
-heartbeats), ``headers`` (string pairs stored with a job at enqueue), ``cancel_notices`` (a cancel of a held job tells the workers) and
+heartbeats), ``headers`` (string pairs stored with a job at enqueue), ``cancel_notices`` (a cancel of a held job tells the workers), ``schedules``
+(periodic ticks: each enqueued once, finished or not) and
 ``wait_results`` (waiting for a job's result: every outcome, sync and
 async, and what 1,000 waiters cost).
 """
@@ -71,6 +72,7 @@ from . import (
     recovery_actions,
     reference_model,
     registry,
+    schedules,
     stats_counts,
     wait_results,
 )
@@ -103,6 +105,7 @@ from .recover_worker import *  # noqa: F403
 from .recovery_actions import *  # noqa: F403
 from .reference_model import *  # noqa: F403
 from .registry import *  # noqa: F403
+from .schedules import *  # noqa: F403
 from .stats_counts import *  # noqa: F403
 from .wait_results import *  # noqa: F403
 
@@ -130,4 +133,5 @@ __all__ = [
     *progress.__all__,
     *cancel_notices.__all__,
     *wait_results.__all__,
+    *schedules.__all__,
 ]

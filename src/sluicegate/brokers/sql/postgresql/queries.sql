@@ -1100,3 +1100,29 @@ WHERE j.id IS NULL OR j.state IN ({terminal});
 -- jobs, no payload (identical notifications of one transaction are sent once anyway).
 -- Also on the cancel channel, to the workers, for a cancel of held jobs.
 SELECT pg_notify(%(channel)s, '') AS notified;
+
+-- ---- periodic schedules (0011) ----
+
+-- name: schedule_rows
+-- columns: name, since, last_tick, last_job_id, now
+-- Every schedule with the broker's clock; one row of NULLs and the clock when none.
+SELECT s.name, s.since, s.last_tick, s.last_job_id, extract(epoch FROM {now})::float8 AS now
+FROM (SELECT 1) AS one LEFT JOIN {schema}.schedules AS s ON true ORDER BY s.name;
+
+-- name: register_schedule
+INSERT INTO {schema}.schedules (name, since)
+VALUES (%(name)s, extract(epoch FROM {now})::float8) ON CONFLICT (name) DO NOTHING;
+
+-- name: take_tick
+-- columns: name
+-- The compare-and-set: the row (made if missing) moves to the tick only if its last tick
+-- is earlier. A concurrent taker waits for this row's lock, then sees the new last_tick
+-- and gets no row back.
+INSERT INTO {schema}.schedules AS s (name, since, last_tick)
+VALUES (%(name)s, extract(epoch FROM {now})::float8, %(tick)s)
+ON CONFLICT (name) DO UPDATE SET last_tick = excluded.last_tick
+WHERE s.last_tick IS NULL OR s.last_tick < excluded.last_tick
+RETURNING name;
+
+-- name: tick_job
+UPDATE {schema}.schedules SET last_job_id = %(job)s WHERE name = %(name)s;

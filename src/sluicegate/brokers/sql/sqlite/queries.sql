@@ -645,3 +645,24 @@ SELECT queue, paused_by, paused_at FROM paused_queues ORDER BY queue;
 SELECT w.value AS waited, {job_columns:j}
 FROM json_each(:ids) AS w LEFT JOIN jobs AS j ON j.id = w.value
 WHERE j.id IS NULL OR j.state IN ({terminal});
+
+-- ---- periodic schedules (0011) ----
+
+-- name: schedule_rows
+-- columns: name, since, last_tick, last_job_id
+SELECT name, since, last_tick, last_job_id FROM schedules ORDER BY name;
+
+-- name: register_schedule
+INSERT INTO schedules (name, since) VALUES (:name, :now) ON CONFLICT (name) DO NOTHING;
+
+-- name: take_tick
+-- columns: name
+-- The compare-and-set: the row (made if missing) moves to :tick only if its last tick is
+-- earlier; no row back means another process took this tick or a later one.
+INSERT INTO schedules (name, since, last_tick) VALUES (:name, :now, :tick)
+ON CONFLICT (name) DO UPDATE SET last_tick = excluded.last_tick
+WHERE schedules.last_tick IS NULL OR schedules.last_tick < excluded.last_tick
+RETURNING name;
+
+-- name: tick_job
+UPDATE schedules SET last_job_id = :job WHERE name = :name;
