@@ -24,6 +24,11 @@ in producers as in workers); this module adds what only a worker needs:
     max_attempts = 5
     timeout = 30
     priority = 0
+
+    [schedules.nightly]             # a periodic job (docs/schedules.md)
+    task = "send_report"
+    cron = "30 2 * * *"
+    tz = "Europe/Berlin"
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from .settings_file import (
 from .worker.models import MODELS, ModelOptionError, validate_model_options
 from .worker.pool import PoolSpec
 
-TOP_KEYS = {"broker", "lease", "shutdown_timeout", "pools", "tasks", "limits"}
+TOP_KEYS = {"broker", "lease", "shutdown_timeout", "pools", "tasks", "limits", "schedules"}
 POOL_BASE_KEYS = {"queues", "slots", "model"}
 # Every option any concurrency model declares, by name (its pools' other keys).
 MODEL_OPTIONS = {option.name: option for model in MODELS.values() for option in model.options}

@@ -6,7 +6,7 @@ line on stderr and exit 2 (bad input) or 1 (e.g. no such job); no tracebacks.
 
 One module per concern: ``common`` (the --broker option, error handling, opening the app,
 JSON arguments, retention options), ``cmd_worker`` (worker, tasks), ``cmd_jobs`` (enqueue,
-jobs ...), ``cmd_limits`` (limits list|set|reset), ``cmd_queues`` (queues list|pause|resume), ``cmd_signals`` (stats, workers, health,
+jobs ...), ``cmd_limits`` (limits list|set|reset), ``cmd_queues`` (queues list|pause|resume), ``cmd_schedules`` (schedules list), ``cmd_signals`` (stats, workers, health,
 size), ``top`` (the live view), ``cmd_ops`` (prune, migrate, demo), ``cmd_dashboard`` (the
 web dashboard, an optional extra imported only when it runs). This module builds the
 group.
@@ -21,6 +21,7 @@ from .cmd_jobs import enqueue, jobs, jobs_cancel, jobs_list, jobs_retry, jobs_sh
 from .cmd_limits import limits
 from .cmd_ops import demo, migrate, prune
 from .cmd_queues import queues
+from .cmd_schedules import schedules
 from .cmd_signals import health, size, stats, workers
 from .cmd_worker import tasks, worker
 from .common import (
@@ -62,6 +63,7 @@ __all__ = [
     "prune",
     "queues",
     "retention_options",
+    "schedules",
     "size",
     "stats",
     "tasks",
@@ -98,5 +100,6 @@ for _command in (
     prune,
     migrate,
     demo,
+    schedules,
 ):
     main.add_command(_command)
