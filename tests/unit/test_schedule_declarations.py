@@ -122,3 +122,20 @@ def test_tick_key_is_the_schedule_and_the_utc_time() -> None:
     s = Schedule.of("nightly", "t", "* * * * *")
     at = datetime(2026, 3, 29, 1, 0, tzinfo=UTC).timestamp()
     assert s.tick_key(at) == "schedule:nightly:2026-03-29T01:00:00Z"
+
+
+def test_a_tick_job_the_app_refuses_fails_the_scheduler_at_start() -> None:
+    """What only the app can check (here its payload limit) is checked when a worker's
+    scheduler is made, not at the first tick."""
+    from sluicegate.errors import SerializationError
+    from sluicegate.worker.services.scheduler import Scheduler
+
+    app = App(broker="memory://", config=False, payload_limit=100)
+
+    @app.periodic("* * * * *", args=["x" * 200])
+    @app.task
+    def big(text: str) -> None: ...
+
+    app.configure()
+    with pytest.raises(SerializationError, match="big"):
+        Scheduler(app, app.broker, list(app.schedules.values()))

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ...brokers import Broker
+from ...errors import SluicegateError
+from ...job import JobSpec
 from ...schedules import Schedule
 from .base import Service
 
@@ -38,6 +40,8 @@ class Scheduler(Service):
         self.enqueued = 0  # ticks this worker enqueued (tests, logs)
         self.registered = False
         self.halted = False
+        for schedule in self.schedules:  # a job the task refuses fails the worker's start
+            self.spec(schedule, 0.0)
 
     def due_in(self, now: float) -> float | None:
         return None if self.halted else self.next_run - now
@@ -72,14 +76,22 @@ class Scheduler(Service):
                 wait = min(wait, following - states.now)
         return wait
 
-    def enqueue_tick(self, schedule: Schedule, tick: float) -> None:
-        spec = self.app.build_spec(
+    def spec(self, schedule: Schedule, tick: float) -> JobSpec:
+        """The tick's job, checked as any enqueue is (a bad one is a ConfigError)."""
+        return self.app.build_spec(
             schedule.task,
             schedule.args,
             schedule.kwargs,
             queue=schedule.queue,
             unique_key=schedule.tick_key(tick),
         )
+
+    def enqueue_tick(self, schedule: Schedule, tick: float) -> None:
+        try:
+            spec = self.spec(schedule, tick)
+        except SluicegateError as exc:  # checked at start: only a changed task gets here
+            log.error("schedule %s: tick not enqueued: %s", schedule.name, exc)
+            return
         job = self.broker.enqueue_tick(schedule.name, tick, spec)
         if job is None:
             return  # another worker enqueued it first
