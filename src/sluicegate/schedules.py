@@ -45,10 +45,11 @@ def check_cron(name: str, cron: object) -> str:
             f"schedule {name!r}: cron {cron!r} has {len(cron.split())} fields; use 5 "
             "(minute hour day month weekday) or 6 (a seconds field first)"
         )
+    walk = _cronsim()  # first: without the extra, say how to get it
     from cronsim import CronSimError
 
     try:
-        next(iter(_cronsim()(cron, datetime.now(UTC))))
+        next(iter(walk(cron, datetime.now(UTC))))
     except CronSimError as exc:
         raise ConfigError(f"schedule {name!r}: bad cron {cron!r}: {exc}") from None
     except StopIteration:

@@ -139,3 +139,11 @@ def test_a_tick_job_the_app_refuses_fails_the_scheduler_at_start() -> None:
     app.configure()
     with pytest.raises(SerializationError, match="big"):
         Scheduler(app, app.broker, list(app.schedules.values()))
+
+
+def test_without_the_extra_the_error_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cronsim", None)  # as if not installed
+    with pytest.raises(ConfigError, match=r"pip install 'sluicegate\[schedules\]'"):
+        Schedule.of("s", "t", "* * * * *")
