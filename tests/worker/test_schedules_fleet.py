@@ -33,6 +33,7 @@ def test_five_workers_enqueue_each_tick_once(fleet: Fleet, producer: App) -> Non
     for worker in workers:
         wait_for(lambda w=worker: " started: " in w.log() or not w.alive(), timeout=60)
         assert worker.alive(), worker.log()
+        assert "schedule every_second: tick at '* * * * * *' (UTC), catch_up = 5" in worker.log()
     time.sleep(RUN)
     stop_all(workers)
 
@@ -45,7 +46,7 @@ def test_five_workers_enqueue_each_tick_once(fleet: Fleet, producer: App) -> Non
     assert len(ticks) >= RUN - 5, f"only {len(ticks)} ticks in {RUN:g} s"
     assert ticks == [ticks[0] + n for n in range(len(ticks))], "a tick is missing"
 
-    logged = fleet.logs().count("schedule every_second: tick ")
+    logged = fleet.logs().count(f"schedule every_second: tick {PREFIX}")
     assert logged == len(jobs), f"{logged} enqueues logged for {len(jobs)} jobs"
     row = producer.broker.schedule_states().rows["every_second"]
     assert row.last_tick == ticks[-1]

@@ -43,6 +43,11 @@ class Scheduler(Service):
         for schedule in self.schedules:  # a job the task refuses fails the worker's start
             self.spec(schedule, 0.0)
 
+    def start(self) -> None:
+        for s in self.schedules:
+            policy = f"catch_up = {s.catch_up}" if s.catch_up else "skip"
+            log.info("schedule %s: %s at %r (%s), %s", s.name, s.task, s.cron, s.tz, policy)
+
     def due_in(self, now: float) -> float | None:
         return None if self.halted else self.next_run - now
 
