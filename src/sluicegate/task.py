@@ -146,7 +146,7 @@ def check_expiry(
         )
     if expires_at is not None and run_at is not None and expires_at <= run_at:
         raise ConfigError(
-            f"expires_at={expires_at:g} must be after run_at={run_at:g}: "
+            f"expires_at={expires_at} must be after run_at={run_at}: "
             "the job would expire before it is due"
         )
 
