@@ -25,8 +25,10 @@ from .task import (
     Task,
     TaskOptions,
     TaskOptionsDict,
+    check_expiry,
     delay_seconds,
     epoch,
+    expires_in_seconds,
 )
 
 if TYPE_CHECKING:
@@ -374,18 +376,27 @@ class App:
                 "(its partitioned limits: none)"
             )
         queue = defaults.queue if o.queue is None else o.queue
+        delay = 0.0 if o.delay is None else delay_seconds(o.delay)
+        # expiry (issue 15): this enqueue's expires_at or expires_in, else the task's
+        expires_at = None if o.expires_at is None else epoch(o.expires_at, "expires_at")
+        expires_in = None if o.expires_in is None else expires_in_seconds(o.expires_in)
+        if expires_at is None and expires_in is None and defaults.expires_in is not None:
+            expires_in = float(defaults.expires_in)  # type: ignore[arg-type]  # seconds
+            check_expiry(delay, None, expires_in, None, " (the task's)")
         return JobSpec(
             task=name,
             queue=queue,
             args_json=args_json,
             kwargs_json=kwargs_json,
             run_at=None if o.run_at is None else epoch(o.run_at),
-            delay=0.0 if o.delay is None else delay_seconds(o.delay),
+            delay=delay,
             priority=defaults.priority if o.priority is None else o.priority,
             max_attempts=defaults.max_attempts if o.max_attempts is None else o.max_attempts,
             unique_key=o.unique_key,
             limits=needs,
             headers=self.hooks.headers(name, queue) if self.hooks.enqueue_headers else None,
+            expires_at=expires_at,
+            expires_in=expires_in,
         )
 
     # ---- reading -------------------------------------------------------------------

@@ -104,6 +104,11 @@ def sources(event: Event) -> tuple[JobState, ...]:
     return tuple(s for s in JobState if (s, event) in TRANSITIONS)
 
 
+def expired(expires_at: float | None, now: float) -> bool:
+    """A job may be claimed only while ``now`` is before its ``expires_at``."""
+    return expires_at is not None and expires_at <= now
+
+
 def initial_state(run_at: float, now: float) -> JobState:
     return JobState.READY if run_at <= now else JobState.SCHEDULED
 
@@ -138,7 +143,8 @@ class Happened(StrEnum):
     RECOVERED = "recovered"  # its lease expired without a heartbeat: ready, or dead
     WORKER_LOST = "worker_lost"  # its worker's process was seen gone: ready, or dead
     RELEASED = "released"  # handed back at a shutdown, its attempt refunded
-    CANCELLED = "cancelled"  # by an operator ("from": the state it left, "by": who asked)
+    CANCELLED = "cancelled"  # by an operator ("from": the state it left, "by": who asked),
+    # or by a claim, for a job not started by its expires_at ("reason": "expired")
     RETRIED = "retried"  # revived by an operator ("from": dead or cancelled)
 
 
@@ -146,7 +152,12 @@ HISTORY_CAP = 50  # entries a job keeps; past it the oldest goes, so a row stays
 HISTORY_MESSAGE = 500  # characters of an error's message an entry keeps (last_error: all)
 
 
-ENTRY_KEYS = ("at", "event", "attempt", "worker", "from", "by", "error", "retry_at", "dead")
+ENTRY_KEYS = (
+    "at", "event", "attempt", "worker", "from", "by", "reason", "error", "retry_at", "dead",
+)  # fmt: skip
+# The "reason" of a cancelled entry written by a claim, for a job not started by its
+# expires_at (an operator's cancel has none: it says "by").
+EXPIRED = "expired"
 
 
 def history_entry(at: float, happened: Happened, attempt: int, **fields: Any) -> dict[str, Any]:
@@ -297,6 +308,7 @@ class Job:
     history: list[dict[str, Any]] = field(default_factory=list)  # off the happy path: Happened
     progress: Progress | None = None  # as a running attempt last reported it (heartbeats)
     headers: dict[str, str] = field(default_factory=dict)  # set at enqueue (trace context)
+    expires_at: float | None = None  # not claimed from then on: cancelled, reason "expired"
 
     @classmethod
     def from_fields(cls, **fields: Any) -> Job:
@@ -386,6 +398,7 @@ class Job:
             "history": self.history,
             "progress": self.progress.to_dict() if self.progress else None,
             "headers": self.headers,
+            "expires_at": self.expires_at,
         }
 
 
@@ -441,3 +454,11 @@ class JobSpec:
     unique_key: str | None = None
     limits: str | None = None  # the job's needs, encoded (sluicegate.limits.encode_needs)
     headers: str | None = None  # string pairs as JSON text (encode_headers); None: none
+    expires_at: float | None = None  # epoch seconds; None: expires_in from now, or never
+    expires_in: float | None = None  # seconds after the enqueue, by the broker's clock
+
+    def expiry(self, now: float) -> float | None:
+        """When the job stored at ``now`` (the broker's clock) expires; None: never."""
+        if self.expires_at is not None:
+            return self.expires_at
+        return None if self.expires_in is None else now + self.expires_in

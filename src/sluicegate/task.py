@@ -48,6 +48,7 @@ class TaskOptionsDict(TypedDict, total=False):
     backoff_max: float
     transactional: bool  # gets connection=; its writes commit with the ack (postgresql)
     limits: Sequence[str] | Mapping[str, int]  # limits it uses: names, or names with a cost
+    expires_in: float | dt.timedelta | None  # a job not started this long after enqueue: cancelled
 
 
 class EnqueueOptionsDict(TypedDict, total=False):
@@ -61,6 +62,8 @@ class EnqueueOptionsDict(TypedDict, total=False):
     max_attempts: int | None
     limit_key: str | Mapping[str, str] | None  # partition of the task's partitioned limits
     connection: Any  # enqueue in this open transaction (postgresql broker)
+    expires_in: float | dt.timedelta | None  # not started this long after enqueue: cancelled
+    expires_at: float | dt.datetime | None  # not started by then: cancelled ("expired")
 
 
 TASK_OPTION_NAMES = frozenset(TaskOptionsDict.__annotations__)
@@ -103,16 +106,49 @@ def delay_seconds(value: object) -> float:
     return max(0.0, delay)
 
 
-def epoch(value: object) -> float:
+def epoch(value: object, what: str = "run_at") -> float:
     """Epoch seconds from a timezone-aware datetime or a number (years 1 to 9999)."""
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
-            raise ConfigError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+            raise ConfigError(f"{what} must be timezone-aware (e.g. datetime.now(timezone.utc))")
         return value.timestamp()
-    at = seconds(value, "run_at")
+    at = seconds(value, what)
     if not RUN_AT_RANGE[0] <= at <= RUN_AT_RANGE[1]:
-        raise ConfigError(f"run_at must be epoch seconds of the years 1 to 9999, not {value!r}")
+        raise ConfigError(f"{what} must be epoch seconds of the years 1 to 9999, not {value!r}")
     return at
+
+
+def expires_in_seconds(value: object) -> float:
+    """An expiry after the enqueue: more than 0 s (a job that expires as it is stored
+    could never run), at most a century."""
+    expires_in = seconds(value, "expires_in")
+    if not 0 < expires_in <= MAX_DELAY:
+        raise ConfigError(
+            f"expires_in must be more than 0 s and at most {MAX_DELAY:g} s, not {value!r}"
+        )
+    return expires_in
+
+
+def check_expiry(
+    delay: float | None,
+    run_at: float | None,
+    expires_in: float | None,
+    expires_at: float | None,
+    where: str = "",
+) -> None:
+    """A job must be due before it expires. Checked where both times count from the
+    same origin (delay with expires_in, run_at with expires_at); a run_at against an
+    expires_in depends on the broker's clock, and is not."""
+    if expires_in is not None and delay is not None and expires_in <= delay:
+        raise ConfigError(
+            f"expires_in={expires_in:g}{where} must be more than delay={delay:g}: "
+            "the job would expire before it is due"
+        )
+    if expires_at is not None and run_at is not None and expires_at <= run_at:
+        raise ConfigError(
+            f"expires_at={expires_at} must be after run_at={run_at}: "
+            "the job would expire before it is due"
+        )
 
 
 def check_key(what: str, value: object) -> str:
@@ -146,6 +182,7 @@ class TaskOptions:
     backoff_max: float = 3600.0
     transactional: bool = False
     limits: Sequence[str] | Mapping[str, int] = ()  # kept as sorted (name, cost) pairs
+    expires_in: float | dt.timedelta | None = None  # kept as seconds; None: never expires
     retry: RetryPolicy = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -173,6 +210,8 @@ class TaskOptions:
         object.__setattr__(self, "retry_on", policy.retry_on)
         object.__setattr__(self, "retry", policy)
         object.__setattr__(self, "limits", check_task_limits(self.limits))
+        if self.expires_in is not None:
+            object.__setattr__(self, "expires_in", expires_in_seconds(self.expires_in))
 
     @property
     def costs(self) -> tuple[tuple[str, int], ...]:
@@ -201,16 +240,26 @@ class EnqueueOptions:
     max_attempts: int | None = None
     limit_key: str | Mapping[str, str] | None = None
     connection: Any = None
+    expires_in: float | dt.timedelta | None = None
+    expires_at: float | dt.datetime | None = None
 
     def __post_init__(self) -> None:
         if self.queue is not None:
             check_name("queue", self.queue)
         if self.delay is not None and self.run_at is not None:
             raise ConfigError("give delay or run_at, not both")
+        if self.expires_in is not None and self.expires_at is not None:
+            raise ConfigError("give expires_in or expires_at, not both")
         if self.delay is not None:
             delay_seconds(self.delay)
         if self.run_at is not None:
             epoch(self.run_at)
+        check_expiry(
+            None if self.delay is None else delay_seconds(self.delay),
+            None if self.run_at is None else epoch(self.run_at),
+            None if self.expires_in is None else expires_in_seconds(self.expires_in),
+            None if self.expires_at is None else epoch(self.expires_at, "expires_at"),
+        )
         if self.priority is not None:
             check_priority(self.priority)
         if self.unique_key is not None:
@@ -238,6 +287,11 @@ class EnqueueOptions:
         if not options:
             return base or NO_OPTIONS
         _known(task, options, ENQUEUE_OPTION_NAMES)
+        if base is not None:  # a later with_options' expiry replaces the earlier one's
+            if options.get("expires_in") is not None:
+                options = {"expires_at": None, **options}
+            elif options.get("expires_at") is not None:
+                options = {"expires_in": None, **options}
         try:
             return replace(base, **options) if base is not None else cls(**options)
         except ConfigError as exc:

@@ -20,7 +20,7 @@ from sluicegate.testing import FakeClock
 
 OFF_THE_HAPPY_PATH = {
     "sqlite": {"fail_retry", "fail_dead", "release", "recover_expired", "recover_worker",
-               "cancel", "revive"},
+               "cancel", "revive", "expire_due"},
     "postgresql": {"fail_retry", "fail_dead", "release", "recover_expired", "recover_worker",
                    "cancel", "revive", "cancel_matching", "revive_matching"},
 }  # fmt: skip

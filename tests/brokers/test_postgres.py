@@ -79,7 +79,7 @@ class TestMigrations:
         self, pg_url: str, open_pg: Any, sql: Any
     ) -> None:
         broker = open_pg()
-        assert broker.migrations_applied == [1, 2, 3, 4, 5, 6, 7, 8, 9, 11]
+        assert broker.migrations_applied == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
         schema = schema_of(pg_url)
         rows = sql.execute(
             f"SELECT version, name FROM {schema}.schema_version ORDER BY 1"
@@ -94,6 +94,7 @@ class TestMigrations:
             (7, "paused_queues"),
             (8, "progress"),
             (9, "headers"),
+            (10, "expiry"),
             (11, "schedules"),
         ]
         tables = sql.execute(
@@ -118,7 +119,7 @@ class TestMigrations:
         second = open_pg()
         assert second.migrations_applied == [] and second.migrate() == []
         schema = schema_of(pg_url)
-        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (10,)
+        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (11,)
         job = first.enqueue([spec()])[0]
         assert second.get_job(job.id) == job  # nothing was recreated under the first handle
 
@@ -133,9 +134,9 @@ class TestMigrations:
             "broker.close()\n"
         )
         outputs = run_released(child, [[pg_url]] * 4)
-        assert sorted(outputs) == [[], [], [], [1, 2, 3, 4, 5, 6, 7, 8, 9, 11]], outputs
+        assert sorted(outputs) == [[], [], [], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]], outputs
         schema = schema_of(pg_url)
-        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (10,)
+        assert sql.execute(f"SELECT count(*) FROM {schema}.schema_version").fetchone() == (11,)
 
     def test_migrate_false_on_an_unmigrated_schema_names_the_command(
         self, open_pg: Any, sql: Any, pg_url: str
@@ -228,6 +229,7 @@ def test_the_claim_reads_the_jobs_ready_index(pg: PostgresBroker, pg_url: str, s
         "worker": "w",
         "now": None,
         "promote": True,
+        "finished": "sluicegate_finished",
     }
     with psycopg.connect(pg.dsn) as conn:
         plan = conn.execute("EXPLAIN " + pg._queries["claim"], params).fetchall()
@@ -253,10 +255,12 @@ def test_the_claims_generic_plan_reads_indexes_only(
         "worker": "w",
         "now": None,
         "promote": True,
+        "finished": "sluicegate_finished",
     }
     with psycopg.connect(pg.dsn) as conn:
         text = generic_plan(conn, pg._queries["claim"], params)
     assert "jobs_ready" in text, text
+    assert "jobs_expiring" in text, text  # expiry: one seek of its (here empty) index
     # the claimed rows are found by primary-key lookups of the candidates' ids, whatever
     # the estimates (a join's strategy follows the estimates, which a generic plan lacks)
     assert re.search(r"Index Cond: \(id = ANY \(\$\d+\)\)", text), text

@@ -103,3 +103,16 @@ def test_the_plans_answer_as_the_broker_does(sqlite: SQLiteBroker) -> None:
     }
     last, counts = sqlite.arrivals(2000)
     assert counts == {"q": 3, "other": 1, "held": 2} and last == 2006
+
+
+def test_every_claims_expiry_step_touches_no_finished_job(sqlite: SQLiteBroker) -> None:
+    """expire_due runs in every claim: a seek of jobs_expiring (waiting jobs that have an
+    expiry), never a read of the history, nor of waiting jobs without one."""
+    params = {"now": sqlite._now(), "limit": 1000}
+    with sqlite._db.read() as conn:
+        rows = conn.execute("EXPLAIN QUERY PLAN " + sqlite._queries["expire_due"], params)
+        lines = [row[3] for row in rows.fetchall()]
+    stamp = "SEARCH jobs USING COVERING INDEX jobs_settling (finish_seq>?)"
+    assert any("INDEX jobs_expiring (expires_at>? AND expires_at<?)" in ln for ln in lines), lines
+    rest = [ln for ln in lines if ln != stamp and "jobs_expiring" not in ln]
+    assert not [ln for ln in rest if "jobs" in ln and "PRIMARY KEY" not in ln], lines

@@ -47,13 +47,18 @@ from ..outcomes import Buried, Outcome, Retried, Succeeded
 class ClaimBatch(list[ClaimedJob]):
     """What ``claim`` returns: the claimed jobs, and ``retry_in``: when jobs held back by
     a limit may start (seconds; None when no limit held one back), so the claimer looks
-    again then rather than on its next poll."""
+    again then rather than on its next poll. ``expired``: how many waiting jobs the claim
+    cancelled because their expires_at had come (docs/lifecycle.md, "Expiry")."""
 
     retry_in: float | None = None
+    expired: int = 0
 
-    def __init__(self, jobs: Sequence[ClaimedJob] = (), retry_in: float | None = None) -> None:
+    def __init__(
+        self, jobs: Sequence[ClaimedJob] = (), retry_in: float | None = None, expired: int = 0
+    ) -> None:
         super().__init__(jobs)
         self.retry_in = retry_in
+        self.expired = expired
 
 
 @dataclass(frozen=True, slots=True)

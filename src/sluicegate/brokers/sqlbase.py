@@ -101,6 +101,7 @@ class JobRows:
             history,
             progress,
             headers,
+            expires_at,
         ) = self._pick(row)
         return Job.from_fields(
             id=JobId(id_),
@@ -125,6 +126,7 @@ class JobRows:
             history=stored_history(history),
             progress=stored_progress(progress),
             headers=stored_headers(headers),
+            expires_at=expires_at,
         )
 
     def claimed(self, row: Row, token: int) -> ClaimedJob:

@@ -26,6 +26,7 @@ from functools import cache
 from importlib import resources
 
 from ..job import (
+    EXPIRED,
     HELD,
     HISTORY_CAP,
     HISTORY_MESSAGE,
@@ -42,7 +43,7 @@ JOB_COLUMNS = (
     "id", "queue", "task", "args", "kwargs", "state", "priority", "run_at", "attempts",
     "max_attempts", "unique_key", "worker_id", "lease_expires_at", "enqueued_at",
     "started_at", "finished_at", "result", "last_error", "limits", "history",
-    "progress", "headers",
+    "progress", "headers", "expires_at",
 )  # fmt: skip
 
 Value = str | Callable[[str], str]
@@ -72,6 +73,8 @@ def state_values() -> dict[str, str]:
     values.update({f"{event.value}_from": _quoted(sources(event)) for event in Event})
     values.update(history_cap=str(HISTORY_CAP), history_message=str(HISTORY_MESSAGE))
     values.update({f"happened_{h.name.lower()}": f"'{h.value}'" for h in Happened})
+    values["reason_expired"] = f"'{EXPIRED}'"  # a cancelled entry's reason (expiry)
+    values["expire_from"] = _quoted((JobState.SCHEDULED, JobState.READY))  # jobs_expiring
     return values
 
 
@@ -164,7 +167,10 @@ def load_queries(dialect: str, values: Mapping[str, Value]) -> dict[str, Query]:
         if block.name.startswith(FRAGMENT):
             continue
         where = f"{dialect} query {block.name}"
-        sql = render(expand_calls(block.sql, called, where), values, where)
+        sql = block.sql
+        while _CALL.search(sql):  # a fragment's own calls too (fragment_expire's history)
+            sql = expand_calls(sql, called, where)
+        sql = render(sql, values, where)
         found = result_columns(sql, where)
         if found != block.declared:
             raise ValueError(

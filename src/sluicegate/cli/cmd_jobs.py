@@ -28,6 +28,11 @@ from .common import broker_option, friendly_errors, open_app, parse_json
 @click.option("--max-attempts", type=int, help="Attempts before the job is dead.")
 @click.option("--limit-key", help="Partition of the task's partitioned limits (with --app).")
 @click.option(
+    "--expires-in",
+    type=float,
+    help="Seconds after which the job, if not started, ends cancelled (reason: expired).",
+)
+@click.option(
     "--app", "app_target", metavar="MODULE:APP", help="Apply the task's own queue and options."
 )
 @broker_option
@@ -42,6 +47,7 @@ def enqueue(
     unique_key: str | None,
     max_attempts: int | None,
     limit_key: str | None,
+    expires_in: float | None,
     app_target: str | None,
     broker_url: str | None,
 ) -> None:
@@ -64,6 +70,7 @@ def enqueue(
             unique_key=unique_key,
             max_attempts=max_attempts,
             limit_key=limit_key,
+            expires_in=expires_in,
         )
     except SerializationError as exc:
         raise ConfigError(str(exc)) from None

@@ -70,7 +70,7 @@ from .url import Settings
 
 LISTEN_WAIT = 2.0  # subscribe() waits this long at most for LISTEN to be in place
 REVIVE_TRIES = 5  # retry_matching's runs when jobs of its unique keys keep appearing
-TIMES = ("run_at", "lease_expires_at", "enqueued_at", "started_at", "finished_at")
+TIMES = ("run_at", "lease_expires_at", "enqueued_at", "started_at", "finished_at", "expires_at")
 # statement_timestamp(), not now(): now() is when the transaction began, and an ack in a
 # transactional task's transaction would stamp finished_at at the task's start.
 NOW = "coalesce(to_timestamp(%(now)s::float8), statement_timestamp())"
@@ -133,6 +133,7 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         self.url = url
         self.settings = settings = Settings.from_url(url)
         self.dsn, self.schema, self.channel = settings.dsn, settings.schema, settings.channel
+        self.finished_channel = settings.finished_channel
         self.poll_interval = settings.poll_interval
         self._clock = clock
         self._load_queries(
@@ -280,21 +281,31 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
                 "worker": worker_id,
                 "now": self._now(),
                 "promote": True,
+                "finished": self.finished_channel,
             }
             with self._db.single() as conn:
                 rows = conn.execute(query, params).fetchall()
+                expired = rows[0][query.at["expired"]] if rows else 0
                 if rows and rows[0][query.at["promoted"]]:
                     rows = conn.execute(query, {**params, "promote": False}).fetchall()
+                    expired += rows[0][query.at["expired"]] if rows else 0
+            if expired:  # NOTIFY went out with the commit; this process's waiters too
+                self._waiters.notify_local()
             if not (rows and rows[0][query.at["gated"]]):
                 at_id, read = query.at["id"], self._jobs["claim"].claimed
                 return ClaimBatch(
-                    in_claim_order([read(r, token) for r in rows if r[at_id] is not None])
+                    in_claim_order([read(r, token) for r in rows if r[at_id] is not None]),
+                    expired=expired,
                 )
             self._gated_seen[wanted] = True  # it claimed nothing: the gated claim takes over
-        jobs, retry_in = self.claim_gated(
+        else:
+            expired = 0
+        jobs, retry_in, gone = self.claim_gated(
             wanted, n, lease, worker_id, host or local_host(), token, done
         )
-        return ClaimBatch(in_claim_order(jobs), retry_in)
+        if gone:
+            self._waiters.notify_local()
+        return ClaimBatch(in_claim_order(jobs), retry_in, expired + gone)
 
     def has_work(self, queues: Sequence[str]) -> bool:
         with self._db.transaction() as conn:

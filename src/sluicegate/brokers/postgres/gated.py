@@ -154,6 +154,7 @@ class Limits:
 
     schema: str
     channel: str
+    finished_channel: str  # job.wait's NOTIFY channel (an expiry ends jobs)
     _db: Connections
     _queries: dict[str, Query]
     _jobs: dict[str, JobRows]
@@ -182,9 +183,10 @@ class Limits:
         host: str,
         token: int,
         done: Sequence[Claim] = (),
-    ) -> tuple[list[ClaimedJob], float | None]:
+    ) -> tuple[list[ClaimedJob], float | None, int]:
         """Claim up to ``n`` jobs of ``queues``, limited or not, in claim order; returns
-        them (unordered) and when to look again (retry_in). Where the last claim of these
+        them (unordered), when to look again (retry_in), and how many waiting jobs it
+        cancelled as expired (``_begin``). Where the last claim of these
         queues met only concurrency limits, the admission is SQL's, in one round trip
         (``_claim_gated_fast``); otherwise, and for what that could not judge, Python's
         (``sluicegate.limits.admit``) over two.
@@ -194,18 +196,20 @@ class Limits:
         goes again for what is missing, a few times at most."""
         req = GatedClaim(queues, lease, worker_id, host, token, done)
         jobs: list[ClaimedJob] = []
+        expired = 0
         if queues in self._lock_names and not self._rated.get(queues, True):
-            jobs, retry_in, judged = self._claim_gated_fast(req, n)
+            jobs, retry_in, judged, expired = self._claim_gated_fast(req, n)
             if judged or len(jobs) >= n:
-                return jobs, retry_in
+                return jobs, retry_in, expired
             # it met jobs it could not judge (a new name, a rate): the rest the other way
         retry_in = None
         for _ in range(RACES_MAX):
-            got, admitted, retry_in = self._claim_gated_once(req, n - len(jobs))
+            got, admitted, retry_in, gone = self._claim_gated_once(req, n - len(jobs))
             jobs.extend(got)
+            expired += gone
             if len(got) == admitted or len(jobs) >= n:
                 break
-        return jobs, retry_in
+        return jobs, retry_in, expired
 
     def _read_params(self, req: GatedClaim, n: int, now: float | None) -> dict[str, Any]:
         """What fragment_gated reads by: the queues, where each one's group scan starts,
@@ -217,18 +221,24 @@ class Limits:
             "done_tokens": [c.token for c in req.done],
         }  # fmt: skip
 
-    def _begin(self, conn: Any, names: Collection[str], now: float | None) -> None:
+    def _begin(self, conn: Any, names: Collection[str], now: float | None) -> Any:
         """Queue the gated claim's opening in the pipeline: BEGIN, its settings, the locks
-        on ``names`` (key order) and the promotion of due jobs."""
+        on ``names`` (key order), the expiry of waiting jobs whose time is up and the
+        promotion of due jobs. Returns the expiry's cursor (one row: ``expired``)."""
         conn.execute("BEGIN")
         conn.execute(self._queries["claim_settings"])
         conn.execute(self._queries["lock_limits"], {"schema": self.schema, "names": sorted(names)})
+        expiry = conn.execute(
+            self._queries["expire_due"], {"now": now, "finished": self.finished_channel}
+        )
         conn.execute(self._queries["promote_due"], {"now": now})
+        return expiry
 
     def _claim_gated_once(
         self, req: GatedClaim, n: int
-    ) -> tuple[list[ClaimedJob], int, float | None]:
-        """One gated claim transaction: (the jobs claimed, how many were admitted, retry_in)."""
+    ) -> tuple[list[ClaimedJob], int, float | None, int]:
+        """One gated claim transaction: (the jobs claimed, how many were admitted, retry_in,
+        how many jobs it cancelled as expired)."""
         q = self._queries
         now = self._now()
         names = self._lock_names.get(req.queues, frozenset())
@@ -241,7 +251,7 @@ class Limits:
             with conn.pipeline():
                 claimed = None
                 for attempt in (1, 2):
-                    self._begin(conn, names, now)
+                    expiry = self._begin(conn, names, now)
                     row = conn.execute(read, params).fetchone()  # round trip 1
                     self._note_groups(req.queues, row[read.at["scanned"]] or [])
                     try:
@@ -260,19 +270,21 @@ class Limits:
             # round trip 2: the pipeline's end sends what is queued, COMMIT included
             if claimed is not None:
                 rows = claimed.fetchall()
+            expired = int(expiry.fetchone()[0])
         # Next time: the names this claim needed are locked first; none waiting, no gate.
         self._lock_names[req.queues] = needed
         self._gated_seen[req.queues] = admission.waiting
         self._rated[req.queues] = admission.rated
         read_row = self._jobs["claim_admitted"].claimed
-        return [read_row(r, req.token) for r in rows], len(admission.ids), admission.retry_in
+        jobs = [read_row(r, req.token) for r in rows]
+        return jobs, len(admission.ids), admission.retry_in, expired
 
     def _claim_gated_fast(
         self, req: GatedClaim, n: int
-    ) -> tuple[list[ClaimedJob], float | None, bool]:
+    ) -> tuple[list[ClaimedJob], float | None, bool, int]:
         """The gated claim in one round trip (BEGIN, the locks of the names the last claim
-        needed, promotion, claim_gated_fast, COMMIT), for limits that bound concurrency
-        only: (jobs, retry_in, judged). Not ``judged``: it held back jobs it could not
+        needed, expiry, promotion, claim_gated_fast, COMMIT), for limits that bound
+        concurrency only: (jobs, retry_in, judged, how many it cancelled as expired). Not ``judged``: it held back jobs it could not
         judge (a name not locked, a rate); the caller claims for them the other way."""
         fast = self._queries["claim_gated_fast"]
         queues, token = req.queues, req.token
@@ -281,10 +293,11 @@ class Limits:
         params = {**self._read_params(req, n, now), "locked": sorted(locked), **req.claim_params()}
         with self._db.single() as conn, rolled_back_on_error(conn):
             with conn.pipeline():  # one round trip, COMMIT included
-                self._begin(conn, locked, now)
+                expiry = self._begin(conn, locked, now)
                 cursor = conn.execute(fast, params)
                 conn.execute("COMMIT")
             rows = cursor.fetchall()
+            expired = int(expiry.fetchone()[0])
         first = rows[0]
         needed = frozenset(first[fast.at["names"]])
         rated = bool(first[fast.at["rated"]])
@@ -295,7 +308,7 @@ class Limits:
         self._rated[queues] = rated
         read_row = self._jobs["claim_gated_fast"].claimed
         jobs = [read_row(r, token) for r in rows if r[fast.at["id"]] is not None]
-        return jobs, RECHECK if first[fast.at["refused"]] else None, judged
+        return jobs, RECHECK if first[fast.at["refused"]] else None, judged, expired
 
     def _note_groups(self, queues: Queues, scanned: list[Any]) -> None:
         """Where each queue's next group scan starts: after the last group read when the

@@ -1,7 +1,8 @@
 """Rows in: the PostgreSQL broker's inserts, plain (batched with ``unnest``, or one job
 with plain parameters) and by unique key, and the NOTIFY that wakes workers elsewhere.
 Every path stores the job's limit needs (``JobSpec.limits``, canonical JSON text) and
-its headers (``JobSpec.headers``, JSON text or None)."""
+its headers (``JobSpec.headers``, JSON text or None), and its expiry (``expires_at``,
+or ``expires_in`` from the database clock)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ def spec_params(spec: JobSpec) -> dict[str, Any]:
         "delay": spec.delay,
         "limits": spec.limits,
         "headers": spec.headers,
+        "expires_at": spec.expires_at,
+        "expires_in": spec.expires_in,
     }
 
 
@@ -55,6 +58,8 @@ def plain_params(
         "run_at": [None if s.run_at is None else float(s.run_at) for s in specs],
         "limits": [s.limits for s in specs],
         "headers": [s.headers for s in specs],
+        "expires_at": [None if s.expires_at is None else float(s.expires_at) for s in specs],
+        "expires_in": [None if s.expires_in is None else float(s.expires_in) for s in specs],
         "now": now,
         "channel": channel,
         "queues": sorted({s.queue for s in specs}) if notify else [],

@@ -83,6 +83,7 @@ FINISHED_BELLS = ".done"  # the doorbell folder's suffix for finished jobs (job.
 CANCEL_BELLS = ".cancels"  # ... for cancels of running jobs (workers stop them)
 LISTEN_WAIT = 2.0  # s subscribe_cancelled waits at most for this process's bell
 MAX_GROUPS = 1000  # groups of equal needs a claim visits per queue (see gated_groups)
+EXPIRE_BATCH = 1000  # expired jobs a claim cancels at most (its reads skip any others)
 WAL_LIMIT_MB = 32.0  # default wal_limit_mb: a WAL file past it is checkpointed and truncated
 
 
@@ -201,6 +202,7 @@ class SQLiteBroker(OperatorActions, SQLBroker):
                     now,
                     spec.limits,
                     spec.headers,
+                    spec.expiry(now),
                 )
             )
         ids: list[int] = [0] * len(specs)
@@ -234,7 +236,21 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         # caller's own objects (tuples, lists mutated later) never leak into the result.
         jobs = []
         for i, row in enumerate(rows):
-            queue, task, args, kwargs, state, priority, run_at, attempts, key, _, needs, heads = row
+            (
+                queue,
+                task,
+                args,
+                kwargs,
+                state,
+                priority,
+                run_at,
+                attempts,
+                key,
+                _,
+                needs,
+                heads,
+                expires_at,
+            ) = row
             if i in existing:
                 jobs.append(existing[i])
                 continue
@@ -253,6 +269,7 @@ class SQLiteBroker(OperatorActions, SQLBroker):
                     unique_key=key,
                     limits=decode_needs(needs),
                     headers=stored_headers(heads),
+                    expires_at=expires_at,
                 )
             )
         return jobs
@@ -270,7 +287,10 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         if n <= 0 or not queues:
             return ClaimBatch()
         with self._db.write(relaxed=True) as conn:
-            return self._claim_in(conn, queues, n, lease, worker_id, host or local_host(), done)
+            batch = self._claim_in(conn, queues, n, lease, worker_id, host or local_host(), done)
+        if batch.expired:  # committed: their waiters hear they ended
+            self._ended()
+        return batch
 
     def _claim_in(
         self,
@@ -289,24 +309,30 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         q = self._queries
         token = secrets.randbits(62)
         now = self._clock()
+        expired = len(conn.execute(q["expire_due"], {"now": now, "limit": EXPIRE_BATCH}).fetchall())
         conn.execute(q["promote_due"], {"now": now})
         params: dict[str, Any] = {"n": n, "token": token, "now": now, "lease": lease}
         params["worker"], params["host"] = worker_id, host
         wanted = list(dict.fromkeys(queues))
         if conn.execute(q["probe_gated"], {"queues": dumps(wanted)}).fetchone() is not None:
-            return self._claim_gated(conn, wanted, n, params, done)
+            batch = self._claim_gated(conn, wanted, n, params, done)
+            batch.expired = expired
+            return batch
         if len(wanted) == 1:
             name, params["queue"] = "claim_queue", wanted[0]
         else:
             candidates: list[Row] = []
             for queue in wanted:
-                candidates += conn.execute(q["ready_of_queue"], {"queue": queue, "n": n})
+                candidates += conn.execute(
+                    q["ready_of_queue"], {"queue": queue, "n": n, "now": now}
+                )
             candidates.sort(key=self._claim_order)
             at_id = q["ready_of_queue"].at["id"]
             name, params["ids"] = "claim_ids", dumps([r[at_id] for r in candidates[:n]])
         read = self._jobs[name]
         return ClaimBatch(
-            in_claim_order([read.claimed(r, token) for r in conn.execute(q[name], params)])
+            in_claim_order([read.claimed(r, token) for r in conn.execute(q[name], params)]),
+            expired=expired,
         )
 
     def _claim_gated(
@@ -333,11 +359,11 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         buckets = rows.buckets(conn.execute(q["bucket_rows"])) if rated else {}
         candidates: list[Row] = []
         for queue in wanted:
-            candidates += conn.execute(q["ready_of_queue"], {"queue": queue, "n": n})
+            candidates += conn.execute(q["ready_of_queue"], {"queue": queue, "n": n, "now": now})
             for text in self._groups(conn, queue):
                 fits = room(decode_needs(text), limits, in_use, buckets, now, host, n)
                 # one more than could start: admit then sees the group wait, and says when
-                heads = {"queue": queue, "limits": text, "n": min(n, fits + 1)}
+                heads = {"queue": queue, "limits": text, "n": min(n, fits + 1), "now": now}
                 candidates += conn.execute(q["gated_heads"], heads)
         candidates.sort(key=self._claim_order)
         at = q["ready_of_queue"].at

@@ -46,7 +46,8 @@ against their sync twins), ``progress`` (a running job's progress, carried by
 heartbeats), ``headers`` (string pairs stored with a job at enqueue), ``cancel_notices`` (a cancel of a held job tells the workers), ``schedules``
 (periodic ticks: each enqueued once, finished or not) and
 ``wait_results`` (waiting for a job's result: every outcome, sync and
-async, and what 1,000 waiters cost).
+async, and what 1,000 waiters cost), ``expiry`` (a job not claimed by its expiry ends
+cancelled, reason expired, on every claim path).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from . import (
     cancel_notices,
     edge_values,
     enqueue_claim,
+    expiry,
     headers,
     helpers,
     history,
@@ -81,6 +83,7 @@ from .bulk_actions import *  # noqa: F403
 from .cancel_notices import *  # noqa: F403
 from .edge_values import *  # noqa: F403
 from .enqueue_claim import *  # noqa: F403
+from .expiry import *  # noqa: F403
 from .headers import *  # noqa: F403
 from .helpers import *  # noqa: F403
 from .helpers import BOOM as BOOM
@@ -134,4 +137,5 @@ __all__ = [
     *cancel_notices.__all__,
     *wait_results.__all__,
     *schedules.__all__,
+    *expiry.__all__,
 ]

@@ -43,15 +43,19 @@ INSERT INTO {schema}.schema_version (version, name) VALUES (%(version)s, %(name)
 -- notification goes out when the statement commits.
 WITH inserted AS (
     INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at,
-                               max_attempts, unique_key, enqueued_at, limits, headers)
+                               max_attempts, unique_key, enqueued_at, limits, headers,
+                               expires_at)
     SELECT v.queue, v.task, v.args, v.kwargs,
            CASE WHEN v.run_at <= {now} THEN {ready} ELSE {scheduled} END,
-           v.priority, v.run_at, v.max_attempts, NULL, {now}, v.limits, v.headers
+           v.priority, v.run_at, v.max_attempts, NULL, {now}, v.limits, v.headers,
+           coalesce(to_timestamp(v.exp_at), {now} + make_interval(secs => v.exp_in))
     FROM unnest(%(queue)s::text[], %(task)s::text[], %(args)s::text[], %(kwargs)s::text[],
                 %(priority)s::int[], %(max_attempts)s::int[], %(delay)s::float8[],
-                %(run_at)s::float8[], %(limits)s::text[], %(headers)s::text[])
+                %(run_at)s::float8[], %(limits)s::text[], %(headers)s::text[],
+                %(expires_at)s::float8[], %(expires_in)s::float8[])
          WITH ORDINALITY
-         AS i(queue, task, args, kwargs, priority, max_attempts, delay, at, limits, headers, n)
+         AS i(queue, task, args, kwargs, priority, max_attempts, delay, at, limits, headers,
+              exp_at, exp_in, n)
          CROSS JOIN LATERAL (
             SELECT i.*,
                    coalesce(to_timestamp(i.at), {now} + make_interval(secs => i.delay)) AS run_at
@@ -69,11 +73,12 @@ SELECT {job_columns:inserted} FROM inserted WHERE (SELECT count(*) FROM woke) >=
 -- wake-up, in one autocommit statement.
 WITH inserted AS (
     INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at,
-                               max_attempts, unique_key, enqueued_at, limits, headers)
+                               max_attempts, unique_key, enqueued_at, limits, headers,
+                               expires_at)
     SELECT %(queue)s, %(task)s, %(args)s, %(kwargs)s,
            CASE WHEN r.run_at <= {now} THEN {ready} ELSE {scheduled} END,
            %(priority)s::int, r.run_at, %(max_attempts)s::int, NULL, {now}, %(limits)s::text,
-           %(headers)s::text
+           %(headers)s::text, {fragment_expiry}
     FROM (SELECT coalesce(to_timestamp(%(run_at)s::float8),
                           {now} + make_interval(secs => %(delay)s::float8)) AS run_at) AS r
     RETURNING *
@@ -86,11 +91,11 @@ SELECT {job_columns:inserted} FROM inserted WHERE (SELECT count(*) FROM woke) >=
 -- returns: job
 -- The conflict target is the partial unique index over unfinished jobs.
 INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
-                           unique_key, enqueued_at, limits, headers)
+                           unique_key, enqueued_at, limits, headers, expires_at)
 SELECT %(queue)s, %(task)s, %(args)s, %(kwargs)s,
        CASE WHEN r.run_at <= {now} THEN {ready} ELSE {scheduled} END,
        %(priority)s, r.run_at, %(max_attempts)s, %(unique_key)s, {now}, %(limits)s::text,
-       %(headers)s::text
+       %(headers)s::text, {fragment_expiry}
 FROM (SELECT coalesce(to_timestamp(%(run_at)s::float8), {now} + make_interval(secs => %(delay)s))
       AS run_at) AS r
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ({unfinished})
@@ -102,13 +107,46 @@ RETURNING {job_columns};
 SELECT {job_columns} FROM {schema}.jobs
 WHERE unique_key = %(unique_key)s AND state IN ({unfinished});
 
+-- name: fragment_expiry
+-- A single-row insert's expires_at: %(expires_at)s (epoch seconds), else %(expires_in)s
+-- seconds from now, else NULL (it never expires).
+coalesce(to_timestamp(%(expires_at)s::float8),
+         {now} + make_interval(secs => %(expires_in)s::float8))
+
+-- name: fragment_expire(limit)
+-- Every claim's first step (docs/lifecycle.md, "Expiry"), as a data-modifying CTE's body:
+-- waiting jobs whose expires_at has come end cancelled, reason "expired", oldest expiry
+-- first, at most {limit} a claim (the claim's reads skip any left over), SKIP LOCKED so
+-- claimers at once take disjoint rows. Off jobs_expiring, which holds only waiting jobs
+-- that have an expiry: for jobs without one, a seek that finds nothing. Returns their ids.
+UPDATE {schema}.jobs AS x
+SET state = {cancelled}, finished_at = {now}, lease_expires_at = NULL, lease_token = NULL,
+    finish_xid = pg_current_xact_id(),
+    history = {fragment_history(jsonb_build_object('event', {happened_cancelled}, 'from', state,
+        'reason', {reason_expired}))}
+WHERE x.id IN (SELECT id FROM {schema}.jobs
+               WHERE expires_at IS NOT NULL AND state IN ({expire_from})
+                 AND expires_at <= {now}
+               ORDER BY expires_at
+               LIMIT {limit}
+               FOR UPDATE SKIP LOCKED)
+RETURNING x.id
+
+-- name: expire_due
+-- columns: expired
+-- The gated claim's first step (fragment_expire), in its transaction; NOTIFY the waiters
+-- (job.wait) with the commit when it cancelled any.
+WITH expired AS {fragment_expire(1000)},
+woke AS (SELECT pg_notify(%(finished)s, '') FROM (SELECT 1 FROM expired LIMIT 1) AS e)
+SELECT (SELECT count(*) FROM expired) + 0 * (SELECT count(*) FROM woke) AS expired;
+
 -- name: notify
 -- columns: notified
 -- Wake-ups carry only a queue name, never job data.
 SELECT pg_notify(%(channel)s, q) AS notified FROM unnest(%(queues)s::text[]) AS q;
 
 -- name: claim
--- columns: promoted, relaxed, gated, job.*
+-- columns: promoted, relaxed, gated, expired, job.*
 -- One statement, so an idle worker's claim is one round trip. For each wanted queue, an index
 -- range of jobs_ready in claim order, at most %(n)s rows, skipping rows other claimers hold
 -- (SKIP LOCKED): so no job is claimed twice, claimers never wait on each other, and the cost
@@ -125,12 +163,18 @@ SELECT pg_notify(%(channel)s, q) AS notified FROM unnest(%(queues)s::text[]) AS 
 -- The claim is its own transaction and commits without waiting for the WAL flush
 -- (synchronous_commit off, set by the statement itself): a claim lost in a server crash only
 -- means the job is claimed again later, and its holder's ack is refused.
+-- Expiry (fragment_expire) comes first: ``expired`` says how many jobs it cancelled
+-- (their waiters are notified with the commit); the reads below skip expired jobs, which
+-- this statement's snapshot still sees waiting, and promotion leaves them scheduled.
 -- The job's columns are NULL when nothing was claimed.
-WITH promoted AS (
+WITH expired AS {fragment_expire(1000)},
+woke AS (SELECT pg_notify(%(finished)s, '') FROM (SELECT 1 FROM expired LIMIT 1) AS e),
+promoted AS (
     UPDATE {schema}.jobs SET state = {ready}
     WHERE %(promote)s::boolean AND id IN (
         SELECT id FROM {schema}.jobs
         WHERE state = {scheduled} AND run_at <= {now}
+          AND (expires_at IS NULL OR expires_at > {now})
         ORDER BY run_at
         LIMIT 1000
         FOR UPDATE SKIP LOCKED
@@ -149,6 +193,7 @@ WITH promoted AS (
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM {schema}.jobs
         WHERE state = {ready} AND limits IS NULL AND queue = q.name
+          AND (expires_at IS NULL OR expires_at > {now})
         ORDER BY priority, run_at, id
         LIMIT %(n)s
         FOR UPDATE SKIP LOCKED
@@ -166,7 +211,9 @@ WITH promoted AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
     RETURNING j.*
 )
-SELECT p.promoted, p.relaxed, (SELECT gated FROM gate) AS gated, {job_columns:c}
+SELECT p.promoted, p.relaxed, (SELECT gated FROM gate) AS gated,
+       (SELECT count(*) FROM expired) + 0 * (SELECT count(*) FROM woke) AS expired,
+       {job_columns:c}
 FROM (SELECT count(*) FILTER (WHERE queue = ANY(%(queues)s::text[])) AS promoted,
              set_config('synchronous_commit', 'off', true) AS relaxed
       FROM promoted) AS p
@@ -201,6 +248,7 @@ UPDATE {schema}.jobs SET state = {ready}
 WHERE id IN (
     SELECT id FROM {schema}.jobs
     WHERE state = {scheduled} AND run_at <= {now}
+      AND (expires_at IS NULL OR expires_at > {now})
     ORDER BY run_at
     LIMIT 1000
     FOR UPDATE SKIP LOCKED
@@ -247,6 +295,7 @@ groups AS (
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM {schema}.jobs
         WHERE state = {ready} AND limits IS NULL AND queue = q.name
+          AND (expires_at IS NULL OR expires_at > {now})
         ORDER BY priority, run_at, id
         LIMIT %(n)s
     ) AS c
@@ -257,6 +306,7 @@ groups AS (
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM {schema}.jobs
         WHERE state = {ready} AND limits IS NOT NULL AND queue = g.queue AND limits = g.limits
+          AND (expires_at IS NULL OR expires_at > {now})
         ORDER BY priority, run_at, id
         LIMIT r.jobs
     ) AS c
@@ -356,6 +406,7 @@ used AS (
 ), picked AS (
     SELECT id FROM {schema}.jobs
     WHERE id = ANY(ARRAY(SELECT id FROM chosen)) AND state = {ready}
+      AND (expires_at IS NULL OR expires_at > {now})
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE {schema}.jobs AS j
@@ -384,6 +435,7 @@ LEFT JOIN claimed AS c ON true;
 WITH picked AS (
     SELECT id FROM {schema}.jobs
     WHERE id = ANY(%(ids)s::bigint[]) AND state = {ready}
+      AND (expires_at IS NULL OR expires_at > {now})
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {schema}.jobs AS j
@@ -601,7 +653,7 @@ RETURNING {job_columns};
 -- returns: job
 UPDATE {schema}.jobs
 SET state = {ready}, attempts = 0, run_at = {now}, finished_at = NULL, finish_xid = NULL,
-    lease_expires_at = NULL, worker_id = NULL, lease_token = NULL,
+    lease_expires_at = NULL, worker_id = NULL, lease_token = NULL, expires_at = NULL,
     history = {fragment_history({fragment_retried})}
 WHERE id = %(id)s AND state IN ({revive_from})
 RETURNING {job_columns};
@@ -677,7 +729,7 @@ WITH picked AS (
 )
 UPDATE {schema}.jobs AS j
 SET state = {ready}, attempts = 0, run_at = {now}, finished_at = NULL, finish_xid = NULL,
-    lease_expires_at = NULL, worker_id = NULL, lease_token = NULL,
+    lease_expires_at = NULL, worker_id = NULL, lease_token = NULL, expires_at = NULL,
     history = {fragment_history({fragment_retried})}
 FROM (SELECT id FROM chosen) AS c
 WHERE j.id = c.id AND j.state = {dead}

@@ -23,15 +23,15 @@ INSERT INTO schema_version (version, name, applied_at) VALUES (:version, :name, 
 
 -- name: insert_job
 INSERT INTO jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
-                  unique_key, enqueued_at, limits, headers)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+                  unique_key, enqueued_at, limits, headers, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: insert_unique_job
 -- The conflict target is the partial unique index over unfinished jobs: its WHERE must
 -- match the index's, states in the same order.
 INSERT INTO jobs (queue, task, args, kwargs, state, priority, run_at, max_attempts,
-                  unique_key, enqueued_at, limits, headers)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  unique_key, enqueued_at, limits, headers, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ({unfinished})
 DO NOTHING;
 
@@ -39,17 +39,34 @@ DO NOTHING;
 -- returns: job
 SELECT {job_columns} FROM jobs WHERE unique_key = :key AND state IN ({unfinished});
 
+-- name: expire_due
+-- columns: id
+-- Every claim's first step (docs/lifecycle.md, "Expiry"): waiting jobs whose expires_at
+-- has come end cancelled, reason "expired", oldest expiry first, at most :limit a claim
+-- (the claim's reads skip any left over). Off jobs_expiring, which holds only waiting jobs
+-- that have an expiry: for jobs without one, a seek that finds nothing.
+UPDATE jobs
+SET state = {cancelled}, finished_at = :now, lease_expires_at = NULL,
+    finish_seq = {fragment_finish_seq},
+    history = {fragment_history(json_object('event', {happened_cancelled}, 'from', state,
+        'reason', {reason_expired}))}
+WHERE id IN (SELECT id FROM jobs INDEXED BY jobs_expiring
+             WHERE expires_at IS NOT NULL AND state IN ({expire_from}) AND expires_at <= :now
+             ORDER BY expires_at LIMIT :limit)
+RETURNING id;
+
 -- name: promote_due
 -- Seeks the jobs_scheduled index (named: the planner would pick jobs_state_queue and read
--- every scheduled job, due or not); touches only scheduled jobs that are due.
+-- every scheduled job, due or not); touches only scheduled jobs that are due. An expired
+-- one (past expire_due's batch) stays scheduled, for a later claim to cancel.
 UPDATE jobs INDEXED BY jobs_scheduled SET state = {ready}
-WHERE state = {scheduled} AND run_at <= :now;
+WHERE state = {scheduled} AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now);
 
 -- name: claim_queue
 -- returns: job
 -- One queue's ready jobs in claim order, read straight off the jobs_ready index (no sort,
 -- no finished rows): an index range of at most :n rows, so the cost does not grow with
--- the backlog. Fencing: every claimed row gets this claim's token and charges an attempt.
+-- the backlog. An expired job is passed over (expire_due cancels it). Fencing: every claimed row gets this claim's token and charges an attempt.
 -- claim_ids below sets the same columns. Jobs that name limits are not in jobs_ready:
 -- they are claimed by id, after admission (see claim_gated in broker.py).
 UPDATE jobs
@@ -58,6 +75,7 @@ SET state = {claimed}, attempts = attempts + 1, lease_token = :token,
 WHERE id IN (
     SELECT id FROM jobs
     WHERE state = {ready} AND queue = :queue AND limits IS NULL
+      AND (expires_at IS NULL OR expires_at > :now)
     ORDER BY priority, run_at, id
     LIMIT :n
 )
@@ -69,6 +87,7 @@ RETURNING {job_columns};
 -- claim_queue), takes the first :n of them all in claim order, and claims those by id.
 SELECT id, priority, run_at, limits FROM jobs
 WHERE state = {ready} AND queue = :queue AND limits IS NULL
+  AND (expires_at IS NULL OR expires_at > :now)
 ORDER BY priority, run_at, id
 LIMIT :n;
 
@@ -80,6 +99,7 @@ UPDATE jobs
 SET state = {claimed}, attempts = attempts + 1, lease_token = :token,
     lease_expires_at = :now + :lease, worker_id = :worker, host = :host
 WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = {ready}
+  AND (expires_at IS NULL OR expires_at > :now)
 RETURNING {job_columns};
 
 -- name: probe_gated
@@ -114,6 +134,7 @@ SELECT needs AS limits FROM g WHERE needs IS NOT NULL LIMIT :groups;
 -- The first :n jobs of one group of equal needs, in claim order (a jobs_gated range).
 SELECT id, priority, run_at, limits FROM jobs
 WHERE state = {ready} AND queue = :queue AND limits = :limits
+  AND (expires_at IS NULL OR expires_at > :now)
 ORDER BY priority, run_at, id
 LIMIT :n;
 
@@ -335,9 +356,10 @@ SET state = {cancelled}, finished_at = :now, lease_expires_at = NULL,
 WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({cancel_from});
 
 -- name: revive
+-- An operator's retry runs the job: an expiry it had is dropped.
 UPDATE jobs
 SET state = {ready}, attempts = 0, run_at = :now, finished_at = NULL, finish_seq = NULL,
-    lease_expires_at = NULL, worker_id = NULL,
+    lease_expires_at = NULL, worker_id = NULL, expires_at = NULL,
     history = {fragment_history(json_object('event', {happened_retried}, 'from', state))}
 WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({revive_from});
 
