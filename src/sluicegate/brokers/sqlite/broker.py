@@ -750,8 +750,21 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         now = self._clock()
         run_at = spec.run_at if spec.run_at is not None else now + spec.delay
         state = initial_state(run_at, now).value
-        row = (spec.queue, spec.task, spec.args_json, spec.kwargs_json, state, spec.priority,
-               run_at, spec.max_attempts, spec.unique_key, now, spec.limits, spec.headers)  # fmt: skip
+        row = (
+            spec.queue,
+            spec.task,
+            spec.args_json,
+            spec.kwargs_json,
+            state,
+            spec.priority,
+            run_at,
+            spec.max_attempts,
+            spec.unique_key,
+            now,
+            spec.limits,
+            spec.headers,
+            spec.expiry(now),
+        )  # fmt: skip  (enqueue's row, as its loop builds it)
         with self._db.write() as conn:
             params = {"name": name, "now": now, "tick": tick}
             if conn.execute(q["take_tick"], params).fetchone() is None:
