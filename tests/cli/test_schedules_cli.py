@@ -84,7 +84,9 @@ def test_list_shows_next_fire_last_run_and_outcome(tmp_path: Path) -> None:
             scheduler.enqueue_due()  # first seen now
             time.sleep(1.1)
             scheduler.enqueue_due()
-        assert scheduler.enqueued == 1
+        # The ticks of the second boundaries crossed in between: one, or two when the
+        # first look came late in its second (or the machine is busy); catch_up = 5.
+        assert scheduler.enqueued in (1, 2)
         after = listed(tmp_path, url)["every_second"]
         assert after["first_seen"] is not None and after["last_tick"] is not None
         job = app.get_job(after["last_job_id"])
