@@ -61,6 +61,7 @@ class EnqueueOptionsDict(TypedDict, total=False):
     max_attempts: int | None
     limit_key: str | Mapping[str, str] | None  # partition of the task's partitioned limits
     connection: Any  # enqueue in this open transaction (postgresql broker)
+    max_wait: float | None  # refuse (QueueFull) if the predicted wait is longer (admission)
 
 
 TASK_OPTION_NAMES = frozenset(TaskOptionsDict.__annotations__)
@@ -201,10 +202,15 @@ class EnqueueOptions:
     max_attempts: int | None = None
     limit_key: str | Mapping[str, str] | None = None
     connection: Any = None
+    max_wait: float | None = None
 
     def __post_init__(self) -> None:
         if self.queue is not None:
             check_name("queue", self.queue)
+        if self.max_wait is not None:
+            from .admission import check_max_wait
+
+            check_max_wait(self.max_wait)
         if self.delay is not None and self.run_at is not None:
             raise ConfigError("give delay or run_at, not both")
         if self.delay is not None:
