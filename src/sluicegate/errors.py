@@ -120,7 +120,7 @@ class QueueFull(SluicegateError):
         self.predicted_wait = predicted_wait
         self.bound = bound
         self.limit = limit
-        wait = "unknown" if predicted_wait is None else f"{predicted_wait:.1f} s"
+        wait = "unknown" if predicted_wait is None else f"{predicted_wait:.2f} s"
         super().__init__(
             f"queue {queue!r} is full: {depth} ready jobs ahead, predicted wait {wait}, "
             f"over its {bound} of {limit:g}{' s' if bound == 'max_wait' else ''}"

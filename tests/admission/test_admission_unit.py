@@ -85,7 +85,7 @@ def test_queue_full_carries_its_figures() -> None:
         "email", 240, 8.4, "max_wait", 5.0,
     )  # fmt: skip
     assert str(exc) == (
-        "queue 'email' is full: 240 ready jobs ahead, predicted wait 8.4 s, "
+        "queue 'email' is full: 240 ready jobs ahead, predicted wait 8.40 s, "
         "over its max_wait of 5 s"
     )
     assert exc.retry_after == 4  # the wait beyond the bound, rounded up
