@@ -79,14 +79,14 @@ class QueueBounds:
 
 def predicted_wait(ahead: float, mean_duration: float | None, concurrency: float) -> float | None:
     """Seconds a job with ``ahead`` ready jobs before it waits to start: they drain at
-    ``concurrency / mean_duration`` jobs per second. None when unknown (no duration
-    observed yet); infinite when nothing serves the queue but jobs are ahead."""
+    ``concurrency / mean_duration`` jobs per second. Infinite when nothing serves the
+    queue but jobs are ahead; None when unknown (no duration observed yet)."""
     if ahead <= 0:
         return 0.0
-    if mean_duration is None:
-        return None
     if concurrency <= 0:
         return math.inf
+    if mean_duration is None:
+        return None
     return ahead * mean_duration / concurrency
 
 

@@ -105,6 +105,9 @@ class JobCancelled(SluicegateError):
 
 
 # ---- admission (sluicegate.admission; docs/admission.md) ------------------------------------
+NO_WORKER_RETRY_AFTER = 30  # s: QueueFull.retry_after when no live worker serves the queue
+
+
 class QueueFull(SluicegateError):
     """The enqueue would break a bound of its queue; nothing was stored. ``depth``: ready
     jobs ahead (as the producer last read them, plus its own since); ``predicted_wait``:
@@ -120,7 +123,12 @@ class QueueFull(SluicegateError):
         self.predicted_wait = predicted_wait
         self.bound = bound
         self.limit = limit
-        wait = "unknown" if predicted_wait is None else f"{predicted_wait:.2f} s"
+        if predicted_wait is None:
+            wait = "unknown"
+        elif math.isinf(predicted_wait):
+            wait = "unbounded (no live worker serves the queue)"
+        else:
+            wait = f"{predicted_wait:.2f} s"
         super().__init__(
             f"queue {queue!r} is full: {depth} ready jobs ahead, predicted wait {wait}, "
             f"over its {bound} of {limit:g}{' s' if bound == 'max_wait' else ''}"
@@ -129,7 +137,10 @@ class QueueFull(SluicegateError):
     @property
     def retry_after(self) -> int:
         """Whole seconds a client should wait before trying again (at least 1): the
-        predicted wait beyond the bound, or 1 s when it is unknown."""
+        predicted wait beyond the bound; 1 s when it is unknown, 30 s when no worker serves
+        the queue."""
         if self.predicted_wait is None or self.bound != "max_wait":
             return 1
+        if math.isinf(self.predicted_wait):
+            return NO_WORKER_RETRY_AFTER
         return max(1, math.ceil(self.predicted_wait - self.limit))

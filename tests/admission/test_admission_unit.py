@@ -211,10 +211,17 @@ def test_shed_policy_cancels_the_job_that_would_start_last(app: App) -> None:
         app.enqueue("send", queue="email", priority=3)
 
 
-def test_max_wait_without_figures_admits(app: App) -> None:
-    """No worker has measured a duration: the wait is unknown and max_wait admits (pair
-    it with max_ready for a hard bound)."""
+def test_max_wait_without_a_worker_refuses_once_jobs_wait(app: App) -> None:
+    """No live worker serves the queue: the first job (nothing ahead) is admitted, the
+    next one would wait forever."""
     app.queue("email", max_wait=1.0)
-    for _ in range(5):
-        app.enqueue("send", queue="email", max_wait=0.5)
-    assert app.predicted_wait("email") is None
+    app.enqueue("send", queue="email")
+    assert app.predicted_wait("email") == math.inf
+    with pytest.raises(QueueFull, match="unbounded") as caught:
+        app.enqueue("send", queue="email")
+    assert caught.value.retry_after == 30
+    app.enqueue("send", queue="other", max_wait=1.0)  # the same per enqueue, another queue
+
+
+def test_max_wait_admits_while_no_duration_is_observed() -> None:
+    assert predicted_wait(50, None, 4) is None  # a worker serves it; no job finished yet
