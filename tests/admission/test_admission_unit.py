@@ -225,3 +225,23 @@ def test_max_wait_without_a_worker_refuses_once_jobs_wait(app: App) -> None:
 
 def test_max_wait_admits_while_no_duration_is_observed() -> None:
     assert predicted_wait(50, None, 4) is None  # a worker serves it; no job finished yet
+
+
+def test_enqueue_async_checks_the_same_bounds(app: App) -> None:
+    import asyncio
+
+    async def main() -> None:
+        app.queue("email", max_ready=2, policy="shed")
+        app.queue("refusing", max_ready=1)
+        first = await app.enqueue_async("send", queue="email")
+        second = await app.enqueue_async("send", queue="email")
+        third = await app.enqueue_async("send", queue="email")  # sheds the youngest
+        assert (await app.get_job_async(second.id)).state is JobState.CANCELLED
+        assert (await app.get_job_async(first.id)).state is JobState.READY
+        assert (await app.get_job_async(third.id)).state is JobState.READY
+        await app.enqueue_async("send", queue="refusing")
+        with pytest.raises(QueueFull):
+            await app.enqueue_async("send", queue="refusing")
+        await app.aclose()
+
+    asyncio.run(main())
