@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, Unpack, overload
 
+from .admission import Gate, QueueBounds, Verdict, shed_one, shed_refused
 from .brokers import Broker, PausedQueue, broker_from_url
 from .codec import DEFAULT_PAYLOAD_LIMIT, encode_payload
 from .errors import ConfigError, JobNotFound
@@ -90,6 +91,8 @@ class App:
         self.import_path: str | None = None  # "MODULE:APP", set when loaded by that path
         self._waits: Waits | None = None  # job.wait's hub, made on the first wait
         self.hooks = Hooks()  # lifecycle hooks (sluicegate.hooks, docs/hooks.md)
+        self.queues: dict[str, QueueBounds] = {}  # admission bounds (docs/admission.md)
+        self._gate = Gate()
 
     # ---- broker ------------------------------------------------------------------
     @property
@@ -172,6 +175,7 @@ class App:
                     self._check_limits(task, declared)
                 self.limits = declared
                 self._configure_schedules(found)  # [schedules.NAME]; their tasks checked
+                self.queues = {**self.queues, **found.queues}  # the file's win here too
                 self._settings = found  # only once every check passed
             return self._settings
 
@@ -349,6 +353,8 @@ class App:
         options: EnqueueOptions,
     ) -> Job:
         spec = self._spec(name, args, kwargs, options)
+        if spec.queue in self.queues or options.max_wait is not None:
+            return self._admit(spec, options)
         return self._enqueued(self.broker.enqueue([spec], connection=options.connection))[0]
 
     def _spec(
@@ -488,6 +494,13 @@ class App:
     ) -> Job:
         broker = await self._ready_async()
         spec = self._spec(name, args, kwargs, options)
+        if spec.queue in self.queues or options.max_wait is not None:
+            verdict = await asyncio.to_thread(self._verdict, spec, options)
+            if verdict.shed:
+                return await asyncio.to_thread(self._admit, spec, options)
+            job = (await broker.enqueue_async([spec], connection=options.connection))[0]
+            self._gate.stored(spec.queue)
+            return self._enqueued([job])[0]
         return self._enqueued(await broker.enqueue_async([spec], connection=options.connection))[0]
 
     async def _ready_async(self) -> Broker:
@@ -648,3 +661,45 @@ class App:
                                   f"(tasks: {known})")  # fmt: skip
         self.schedules.clear()
         self.schedules.update(merged)
+
+    # ---- admission: bounded queues (sluicegate.admission; docs/admission.md) -------------
+    def queue(
+        self,
+        name: str,
+        *,
+        max_ready: int | None = None,
+        max_wait: float | None = None,
+        policy: str = "refuse",
+    ) -> QueueBounds:
+        """Bound queue ``name``: at most ``max_ready`` ready jobs, or a predicted wait of at
+        most ``max_wait`` s; past a bound, enqueue raises QueueFull (``policy="refuse"``)
+        or cancels the ready job that would start last (``"shed"``). A settings file's
+        ``[queues.NAME]`` table wins over the code."""
+        bounds = QueueBounds(name, max_ready, max_wait, policy)  # type: ignore[arg-type]
+        self.queues[name] = bounds
+        return bounds
+
+    def _verdict(self, spec: JobSpec, options: EnqueueOptions) -> Verdict:
+        task = self.tasks.get(spec.task)
+        costs = task.options.costs if task is not None else ()
+        bounds = self.queues.get(spec.queue)
+        return self._gate.check(self.broker, spec, bounds, options.max_wait, costs, self.limits)
+
+    def _admit(self, spec: JobSpec, options: EnqueueOptions) -> Job:
+        """Enqueue ``spec`` past its queue's bounds: QueueFull, or shed one job first."""
+        verdict = self._verdict(spec, options)
+        if verdict.shed and shed_one(self.broker, spec) is None:
+            raise shed_refused(spec, verdict, self.queues[spec.queue])
+        job = self.broker.enqueue([spec], connection=options.connection)[0]
+        if not verdict.shed:  # a shed one made the room this one takes
+            self._gate.stored(spec.queue)
+        return self._enqueued([job])[0]
+
+    def predicted_wait(self, queue: str, task: str | None = None) -> float | None:
+        """Seconds a job enqueued in ``queue`` now would wait to start, from the figures
+        admission uses (cached for a second); None while no duration is observed."""
+        if self._settings is None:
+            self.configure()
+        found = self.tasks.get(task) if task is not None else None
+        costs = found.options.costs if found is not None else ()
+        return self._gate.estimate(self.broker, queue, costs, self.limits).predicted_wait

@@ -19,6 +19,11 @@ in producers as in workers); this module adds what only a worker needs:
     concurrency = 4
     scope = "host"
 
+    [queues.email]                  # admission bounds (docs/admission.md)
+    max_ready = 10000
+    max_wait = 30                   # seconds of predicted wait
+    policy = "refuse"               # or "shed"
+
     [tasks.send_reset]              # per-task overrides
     queue = "email"
     max_attempts = 5
@@ -45,12 +50,22 @@ from .settings_file import (
     apply_overrides,
     find_config,
     limit_tables,
+    queue_tables,
     task_overrides,
 )
 from .worker.models import MODELS, ModelOptionError, validate_model_options
 from .worker.pool import PoolSpec
 
-TOP_KEYS = {"broker", "lease", "shutdown_timeout", "pools", "tasks", "limits", "schedules"}
+TOP_KEYS = {
+    "broker",
+    "lease",
+    "shutdown_timeout",
+    "pools",
+    "tasks",
+    "limits",
+    "schedules",
+    "queues",
+}
 POOL_BASE_KEYS = {"queues", "slots", "model"}
 # Every option any concurrency model declares, by name (its pools' other keys).
 MODEL_OPTIONS = {option.name: option for model in MODELS.values() for option in model.options}
@@ -81,6 +96,7 @@ def load_settings(explicit: str | None = None) -> Settings:
         path=path,
         tasks=task_overrides(source, data),
         limits=limit_tables(source, data),
+        queues=queue_tables(source, data),
         broker=top.text("broker"),
         lease=_lease(top),
         shutdown_timeout=top.number("shutdown_timeout"),

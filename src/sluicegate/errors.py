@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class SluicegateError(Exception):
     """Root of every error sluicegate raises on purpose."""
@@ -100,3 +102,45 @@ class JobCancelled(SluicegateError):
     def __init__(self, job_id: int, detail: str = "was cancelled") -> None:
         self.job_id = job_id
         super().__init__(f"job {job_id} {detail}")
+
+
+# ---- admission (sluicegate.admission; docs/admission.md) ------------------------------------
+NO_WORKER_RETRY_AFTER = 30  # s: QueueFull.retry_after when no live worker serves the queue
+
+
+class QueueFull(SluicegateError):
+    """The enqueue would break a bound of its queue; nothing was stored. ``depth``: ready
+    jobs ahead (as the producer last read them, plus its own since); ``predicted_wait``:
+    seconds the job would wait to start (None when no figures are known yet); ``bound``:
+    which bound (``max_ready`` or ``max_wait``) and ``limit`` its value. A web handler
+    answers 503 with ``Retry-After: retry_after``."""
+
+    def __init__(
+        self, queue: str, depth: int, predicted_wait: float | None, bound: str, limit: float
+    ) -> None:
+        self.queue = queue
+        self.depth = depth
+        self.predicted_wait = predicted_wait
+        self.bound = bound
+        self.limit = limit
+        if predicted_wait is None:
+            wait = "unknown"
+        elif math.isinf(predicted_wait):
+            wait = "unbounded (no live worker serves the queue)"
+        else:
+            wait = f"{predicted_wait:.2f} s"
+        super().__init__(
+            f"queue {queue!r} is full: {depth} ready jobs ahead, predicted wait {wait}, "
+            f"over its {bound} of {limit:g}{' s' if bound == 'max_wait' else ''}"
+        )
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds a client should wait before trying again (at least 1): the
+        predicted wait beyond the bound; 1 s when it is unknown, 30 s when no worker serves
+        the queue."""
+        if self.predicted_wait is None or self.bound != "max_wait":
+            return 1
+        if math.isinf(self.predicted_wait):
+            return NO_WORKER_RETRY_AFTER
+        return max(1, math.ceil(self.predicted_wait - self.limit))

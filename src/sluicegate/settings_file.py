@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from .admission import BOUND_KEYS, QueueBounds, bounds_table
 from .errors import ConfigError
 from .limits import Limit
 from .names import number_problem
@@ -45,6 +46,7 @@ class TaskSettings:
     tasks: dict[str, TaskOptionsDict] = field(default_factory=dict)
     limits: dict[str, Limit] = field(default_factory=dict)
     schedules: dict[str, Schedule] = field(default_factory=dict)  # [schedules.NAME]
+    queues: dict[str, QueueBounds] = field(default_factory=dict)  # [queues.NAME] bounds
 
 
 class TableReader:
@@ -114,8 +116,14 @@ def read_task_settings(explicit: str | None = None) -> TaskSettings:
     if found is None:
         return TaskSettings()
     source, path, data = found
-    tasks, limits = task_overrides(source, data), limit_tables(source, data)
-    return TaskSettings(source, path, tasks, limits, schedule_tables(source, data))
+    return TaskSettings(
+        source,
+        path,
+        task_overrides(source, data),
+        limit_tables(source, data),
+        schedules=schedule_tables(source, data),
+        queues=queue_tables(source, data),
+    )
 
 
 def limit_tables(source: str, data: dict[str, Any]) -> dict[str, Limit]:
@@ -127,6 +135,20 @@ def limit_tables(source: str, data: dict[str, Any]) -> dict[str, Limit]:
         r.only(LIMIT_KEYS)
         try:
             out[name] = Limit.of(name, **r.table)
+        except ConfigError as exc:
+            raise r.error("", str(exc)) from None
+    return out
+
+
+def queue_tables(source: str, data: dict[str, Any]) -> dict[str, QueueBounds]:
+    """Every ``[queues.NAME]`` table of a settings file (admission bounds), checked."""
+    tables = TableReader(source, "queues", data.get("queues", {}))
+    out = {}
+    for name, table in tables.table.items():
+        r = TableReader(source, f"queues.{name}", table)
+        r.only(BOUND_KEYS)
+        try:
+            out[name] = bounds_table(name, r.table)
         except ConfigError as exc:
             raise r.error("", str(exc)) from None
     return out

@@ -64,6 +64,7 @@ class EnqueueOptionsDict(TypedDict, total=False):
     connection: Any  # enqueue in this open transaction (postgresql broker)
     expires_in: float | dt.timedelta | None  # not started this long after enqueue: cancelled
     expires_at: float | dt.datetime | None  # not started by then: cancelled ("expired")
+    max_wait: float | None  # refuse (QueueFull) if the predicted wait is longer (admission)
 
 
 TASK_OPTION_NAMES = frozenset(TaskOptionsDict.__annotations__)
@@ -242,10 +243,15 @@ class EnqueueOptions:
     connection: Any = None
     expires_in: float | dt.timedelta | None = None
     expires_at: float | dt.datetime | None = None
+    max_wait: float | None = None
 
     def __post_init__(self) -> None:
         if self.queue is not None:
             check_name("queue", self.queue)
+        if self.max_wait is not None:
+            from .admission import check_max_wait
+
+            check_max_wait(self.max_wait)
         if self.delay is not None and self.run_at is not None:
             raise ConfigError("give delay or run_at, not both")
         if self.expires_in is not None and self.expires_at is not None:

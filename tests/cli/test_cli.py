@@ -130,8 +130,11 @@ def test_stats_json_shape(workdir: Path) -> None:
         "duration_p50_s",
         "duration_p95_s",
         "paused",
+        "predicted_wait_s",  # admission (docs/admission.md)
+        "predicted_wait_unserved",
     }
     assert data["queues"]["email"]["ready"] == 1
+    assert data["queues"]["email"]["predicted_wait_unserved"] is True  # no worker serves it
     assert data["queues"]["email"]["enqueue_rate"] is None  # no worker watches it
     assert (data["pools"], data["workers"]) == ({}, [])
 

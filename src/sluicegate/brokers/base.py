@@ -537,6 +537,14 @@ class Broker(ABC):
         or InvalidTransition (and InvalidJobId for an id that is not an integer or its
         decimal text: ``job_id_of``)."""
 
+    def shed(self, queue: str, priority: int, *, by: str) -> Job | None:
+        """Cancel the ready job of ``queue`` that would start last (the highest priority
+        number, then the latest run_at, then the highest id), if its priority number is
+        at least ``priority`` (it is no more urgent than the job taking its place); the
+        cancelled job, or None when there is none. Only a job still ready is cancelled,
+        never one a worker claimed meanwhile (admission's ``shed`` policy)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot shed jobs")
+
     @abstractmethod
     def retry(self, job_id: int | str) -> Job:
         """Bring a dead or cancelled job back to ready with a fresh attempt budget."""

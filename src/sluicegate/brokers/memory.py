@@ -590,6 +590,20 @@ class MemoryBroker(Broker):
             self._cancels.notify_local()
         return cancelled
 
+    def shed(self, queue: str, priority: int, *, by: str) -> Job | None:
+        with self._lock:
+            ready = [
+                j
+                for j in self._jobs.values()
+                if j.state is JobState.READY and j.queue == queue and j.priority >= priority
+            ]
+            if not ready:
+                return None
+            victim = max(ready, key=lambda j: (j.priority, j.run_at, j.id))
+            cancelled = self._cancel(victim, self._clock(), by)
+        self._waiters.notify_local()
+        return cancelled
+
     def _cancel(self, job: Job, now: float, by: str | None) -> Job:
         held_by = job.worker_id if job.state in HELD else None
         return self._set(

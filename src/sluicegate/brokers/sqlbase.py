@@ -543,6 +543,16 @@ class SQLBroker(SQLListings, Broker):
             self._cancelled()
         return job
 
+    def shed(self, queue: str, priority: int, *, by: str) -> Job | None:
+        job = self._shed(queue, priority, by)
+        if job is not None:
+            self._ended()
+        return job
+
+    def _shed(self, queue: str, priority: int, by: str) -> Job | None:
+        """``shed`` in one transaction (the dialect's)."""
+        raise NotImplementedError
+
     def retry(self, job_id: int | str) -> Job:
         job_id = job_id_of(job_id)
         try:

@@ -8,6 +8,7 @@ Everything here reads the registry (each worker's row and its last metrics snaps
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +16,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ..admission import observe, predicted_wait
 from ..brokers import PausedQueue, QueueStats
+from ..brokers.base import WorkerList
 from ..errors import ConfigError, JobNotFound
 from ..job import JobState
 from ..metrics import sizing
@@ -40,6 +43,19 @@ def mark_paused(data: dict[str, Any], paused: Mapping[str, PausedQueue]) -> None
     data["paused_queues"] = [p.to_dict() for _, p in sorted(paused.items())]
 
 
+def add_predicted_waits(data: dict[str, Any], workers: WorkerList) -> None:
+    """Each queue row's ``predicted_wait_s``: what a job enqueued now would wait to start
+    (ready jobs x observed mean duration / live slots; sluicegate.admission). None while
+    no duration is observed; infinite (JSON: null, ``predicted_wait_unserved``) when
+    jobs are ready and no live worker serves the queue."""
+    for name, row in data["queues"].items():
+        seen = observe(workers, name)
+        wait = predicted_wait(row["ready"], seen.mean_duration, seen.slots)
+        unserved = wait is not None and math.isinf(wait)
+        row["predicted_wait_s"] = None if unserved else wait
+        row["predicted_wait_unserved"] = unserved
+
+
 def echo_paused(paused: list[dict[str, Any]]) -> None:
     for p in paused:
         click.echo(f"queue {p['queue']}: paused by {p['paused_by']} since {since(p['paused_at'])}")
@@ -62,15 +78,21 @@ def stats(as_json: bool, broker_url: str | None) -> None:
     for key in ("pools", "workers", "tasks", "limits", "hosts"):
         data[key] = view[key]
     mark_paused(data, broker.paused_queues())
+    add_predicted_waits(data, broker.list_workers(gone_within=0.0))
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
     console = Console()
     states = [s.value for s in JobState]
-    counts = compact("queue", *states, "oldest")
+    counts = compact("queue", *states, "oldest", "wait~")
     rates = compact("queue", "in/s", "done/s", "p50", "p95")
     for name, row in data["queues"].items():
-        counts.add_row(name, *(str(row[s]) for s in states), age(row["oldest_ready_age_s"]))
+        counts.add_row(
+            name,
+            *(str(row[s]) for s in states),
+            age(row["oldest_ready_age_s"]),
+            "no worker" if row["predicted_wait_unserved"] else age(row["predicted_wait_s"]),
+        )
         if row["completion_rate"] is not None:
             rates.add_row(
                 name,

@@ -486,6 +486,20 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
             current = conn.execute(get, {"id": job_id}).fetchone()
         return None, current[get.at["state"]] if current else None
 
+    def _shed(self, queue: str, priority: int, by: str) -> Job | None:
+        """Pick (locked: no claim takes it) and cancel in one transaction."""
+        pick = self._queries["shed_pick"]
+        with self._db.transaction() as conn:
+            row = conn.execute(pick, {"queue": queue, "priority": priority}).fetchone()
+            if row is None:
+                return None
+            params = {"id": row[pick.at["id"]], "now": self._now(), "by": by}
+            got = conn.execute(self._queries["cancel"], params).fetchone()
+            if got is None:
+                return None
+            self._notify_finished(conn)
+            return self._jobs["cancel"].job(got)
+
     def _revive_matching(self, queue: str | None, task: str | None, limit: int) -> int:
         """Holds the horizon row (the revived leave the settled counts), as a revive does.
         Runs again when a job of a picked job's unique key appeared meanwhile."""

@@ -45,6 +45,19 @@ class OperatorActions(SQLListings):
             conn.execute(self._queries["unsettle_revived"], params)
         return int(conn.execute(self._queries[query], params).rowcount)
 
+    def _shed(self, queue: str, priority: int, by: str) -> Job | None:
+        """Pick and cancel under the one write lock: the pick is still ready when cancelled."""
+        pick = self._queries["shed_pick"]
+        with self._db.write() as conn:
+            row = conn.execute(pick, {"queue": queue, "priority": priority}).fetchone()
+            if row is None:
+                return None
+            job_id = int(row[pick.at["id"]])
+            self._apply_ids(conn, "cancel", [job_id], by)
+            got = conn.execute(self._queries["get_job"], {"id": job_id}).fetchone()
+        job: Job = self._jobs["get_job"].job(got)
+        return job
+
     def _revive_matching(self, queue: str | None, task: str | None, limit: int) -> int:
         """Under the write lock: nothing changes between the pick and the writes."""
         with self._db.write() as conn:

@@ -649,6 +649,16 @@ SET state = {cancelled}, finished_at = {now}, lease_expires_at = NULL, lease_tok
 WHERE id = %(id)s AND state IN ({cancel_from})
 RETURNING {job_columns};
 
+-- name: shed_pick
+-- columns: id
+-- The ready job of %(queue)s that would start last, if no more urgent than %(priority)s
+-- (admission's shed policy), locked so that no claim takes it before the cancel.
+SELECT id FROM {schema}.jobs
+WHERE state = {ready} AND queue = %(queue)s AND priority >= %(priority)s
+ORDER BY priority DESC, run_at DESC, id DESC
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+
 -- name: revive
 -- returns: job
 UPDATE {schema}.jobs

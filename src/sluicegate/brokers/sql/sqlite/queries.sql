@@ -355,6 +355,15 @@ SET state = {cancelled}, finished_at = :now, lease_expires_at = NULL,
         'worker', CASE WHEN state IN ({held}) THEN worker_id END, 'by', :by))}
 WHERE id IN (SELECT value FROM json_each(:ids)) AND +state IN ({cancel_from});
 
+-- name: shed_pick
+-- columns: id
+-- The ready job of :queue that would start last, if no more urgent than :priority
+-- (admission's shed policy): off the queue's ready range of jobs_state_queue.
+SELECT id FROM jobs INDEXED BY jobs_state_queue
+WHERE state = {ready} AND queue = :queue AND priority >= :priority
+ORDER BY priority DESC, run_at DESC, id DESC
+LIMIT 1;
+
 -- name: revive
 -- An operator's retry runs the job: an expiry it had is dropped.
 UPDATE jobs
