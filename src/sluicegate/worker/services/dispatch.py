@@ -99,7 +99,9 @@ class Dispatcher(Service):
         self._wake_loop = wake  # wakes the loop (called from executor threads)
         self.inflight: dict[Claim, InFlight] = {}
         self._executors: dict[str, Executor[Any]] = {}
-        self._done: collections.deque[tuple[WorkItem, Report, bool]] = collections.deque()
+        # (item, report, slot_free, when it was reported): the body's end, not the moment
+        # the loop got round to it (a commit may hold the loop a few ms meanwhile).
+        self._done: collections.deque[tuple[WorkItem, Report, bool, float]] = collections.deque()
         # Signals: None runs no per-job bookkeeping at all (Worker(metrics=False)).
         self.metrics = metrics
         self._began: collections.deque[InFlight] = collections.deque()  # bodies begun
@@ -138,7 +140,7 @@ class Dispatcher(Service):
         self._wake_loop()
 
     def _on_done(self, item: WorkItem, outcome: Report, slot_free: bool) -> None:  # any thread
-        self._done.append((item, outcome, slot_free))
+        self._done.append((item, outcome, slot_free, time.monotonic()))
         self._wake_loop()
 
     # ---- in and out ------------------------------------------------------------------
@@ -181,7 +183,7 @@ class Dispatcher(Service):
         while self._began:
             self._began_body(self._began.popleft())
         while self._done:
-            item, outcome, slot_free = self._done.popleft()
+            item, outcome, slot_free, ended_at = self._done.popleft()
             claim = item.claimed.claim
             flight = self.inflight.pop(claim, None) if slot_free else self.inflight.get(claim)
             if flight is None:
@@ -202,7 +204,7 @@ class Dispatcher(Service):
                 if timed_out:
                     self.counters.timed_out += 1
             if counts:
-                self._ended(flight, outcome, timed_out, now)
+                self._ended(flight, outcome, timed_out, now, ended_at)
             if not slot_free:
                 flight.abandoned = True  # the code's late return is not an outcome
 
@@ -216,10 +218,13 @@ class Dispatcher(Service):
         if self.metrics is not None:
             self.metrics.started(job.task, job.queue, flight.wait, flight.started_at)
 
-    def _ended(self, flight: InFlight, outcome: Report, timed_out: bool, now: float) -> None:
+    def _ended(
+        self, flight: InFlight, outcome: Report, timed_out: bool, now: float, ended_at: float
+    ) -> None:
         """The attempt's figures and its one log line, once its outcome is written (a
-        transactional task's is already committed; one found lost counts for nothing)."""
-        took = now - (flight.started_at or flight.claimed_at)
+        transactional task's is already committed; one found lost counts for nothing).
+        Its duration runs to ``ended_at``, when the body reported, not to ``now``."""
+        took = max(0.0, ended_at - (flight.started_at or flight.claimed_at))
         ended = Ended(flight, outcome_name(outcome), took, timed_out, now)
         if not isinstance(outcome, Settled):
             self._unwritten[flight.claimed.claim] = ended
