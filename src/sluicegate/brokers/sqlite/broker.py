@@ -32,7 +32,6 @@ from ...job import (
     Progress,
     history_error,
     in_claim_order,
-    initial_state,
     stored_headers,
 )
 from ...limits import (
@@ -183,28 +182,7 @@ class SQLiteBroker(OperatorActions, SQLBroker):
             return []
         q = self._queries
         now = self._clock()
-        ready, scheduled = JobState.READY.value, JobState.SCHEDULED.value  # plain str binds fast
-        rows = []
-        for spec in specs:
-            run_at = spec.run_at if spec.run_at is not None else now + spec.delay
-            state = ready if run_at <= now else scheduled  # job.initial_state, inlined
-            rows.append(
-                (
-                    spec.queue,
-                    spec.task,
-                    spec.args_json,
-                    spec.kwargs_json,
-                    state,
-                    spec.priority,
-                    run_at,
-                    spec.max_attempts,
-                    spec.unique_key,
-                    now,
-                    spec.limits,
-                    spec.headers,
-                    spec.expiry(now),
-                )
-            )
+        rows = [job_row(spec, now) for spec in specs]
         ids: list[int] = [0] * len(specs)
         existing: dict[int, Job] = {}
         with self._db.write() as conn:
@@ -259,7 +237,7 @@ class SQLiteBroker(OperatorActions, SQLBroker):
                     id=JobId(ids[i]),
                     task=task,
                     queue=queue,
-                    state=JobState.READY if state is ready else JobState.SCHEDULED,
+                    state=JobState.READY if state is READY else JobState.SCHEDULED,
                     args=loads(args),
                     kwargs=loads(kwargs),
                     priority=priority,
@@ -748,23 +726,7 @@ class SQLiteBroker(OperatorActions, SQLBroker):
         """Under the write lock: the compare-and-set of the last tick, the job, its id."""
         q = self._queries
         now = self._clock()
-        run_at = spec.run_at if spec.run_at is not None else now + spec.delay
-        state = initial_state(run_at, now).value
-        row = (
-            spec.queue,
-            spec.task,
-            spec.args_json,
-            spec.kwargs_json,
-            state,
-            spec.priority,
-            run_at,
-            spec.max_attempts,
-            spec.unique_key,
-            now,
-            spec.limits,
-            spec.headers,
-            spec.expiry(now),
-        )  # fmt: skip  (enqueue's row, as its loop builds it)
+        row = job_row(spec, now)
         with self._db.write() as conn:
             params = {"name": name, "now": now, "tick": tick}
             if conn.execute(q["take_tick"], params).fetchone() is None:
@@ -778,6 +740,30 @@ class SQLiteBroker(OperatorActions, SQLBroker):
             conn.execute(q["tick_job"], {"name": name, "job": job_id})
         self._announce()
         return self.get_job(job_id)
+
+
+READY, SCHEDULED = JobState.READY.value, JobState.SCHEDULED.value  # plain str binds fast
+
+
+def job_row(spec: JobSpec, now: float) -> tuple[Any, ...]:
+    """One job's row in ``insert_job``'s column order: every insert path (an enqueue's
+    batch, a schedule's tick) stores a job the same way."""
+    run_at = spec.run_at if spec.run_at is not None else now + spec.delay
+    return (
+        spec.queue,
+        spec.task,
+        spec.args_json,
+        spec.kwargs_json,
+        READY if run_at <= now else SCHEDULED,  # job.initial_state, inlined
+        spec.priority,
+        run_at,
+        spec.max_attempts,
+        spec.unique_key,
+        now,
+        spec.limits,
+        spec.headers,
+        spec.expiry(now),
+    )
 
 
 def _error_json(outcome: Failed) -> str:
