@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from collections.abc import Set
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .admission import BOUND_KEYS, QueueBounds, bounds_table
 from .errors import ConfigError
@@ -49,6 +49,9 @@ class TaskSettings:
     queues: dict[str, QueueBounds] = field(default_factory=dict)  # [queues.NAME] bounds
 
 
+T = TypeVar("T")
+
+
 class TableReader:
     """Typed access to one TOML table, with errors that say file, key and problem."""
 
@@ -61,6 +64,13 @@ class TableReader:
     def error(self, key: str, problem: str) -> ConfigError:
         where = ".".join(p for p in (self.prefix, key) if p)
         return ConfigError(f"{self.path}: {where or '(top level)'}: {problem}")
+
+    def made(self, make: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``make(*args, **kwargs)``, its ConfigError named by this table."""
+        try:
+            return make(*args, **kwargs)
+        except ConfigError as exc:
+            raise self.error("", str(exc)) from None
 
     def only(self, allowed: Set[str]) -> None:
         for key in self.table:
@@ -126,32 +136,36 @@ def read_task_settings(explicit: str | None = None) -> TaskSettings:
     )
 
 
-def limit_tables(source: str, data: dict[str, Any]) -> dict[str, Limit]:
-    """Every ``[limits.NAME]`` table of a settings file, checked."""
-    tables = TableReader(source, "limits", data.get("limits", {}))
+def named_tables(
+    source: str,
+    data: dict[str, Any],
+    kind: str,
+    keys: Set[str],
+    build: Callable[[str, TableReader], T],
+) -> dict[str, T]:
+    """Every ``[KIND.NAME]`` table of a settings file: unknown keys refused, each table
+    built by ``build(name, reader)``."""
+    tables = TableReader(source, kind, data.get(kind, {}))
     out = {}
     for name, table in tables.table.items():
-        r = TableReader(source, f"limits.{name}", table)
-        r.only(LIMIT_KEYS)
-        try:
-            out[name] = Limit.of(name, **r.table)
-        except ConfigError as exc:
-            raise r.error("", str(exc)) from None
+        r = TableReader(source, f"{kind}.{name}", table)
+        r.only(keys)
+        out[name] = build(name, r)
     return out
+
+
+def limit_tables(source: str, data: dict[str, Any]) -> dict[str, Limit]:
+    """Every ``[limits.NAME]`` table of a settings file, checked."""
+    return named_tables(
+        source, data, "limits", LIMIT_KEYS, lambda n, r: r.made(Limit.of, n, **r.table)
+    )
 
 
 def queue_tables(source: str, data: dict[str, Any]) -> dict[str, QueueBounds]:
     """Every ``[queues.NAME]`` table of a settings file (admission bounds), checked."""
-    tables = TableReader(source, "queues", data.get("queues", {}))
-    out = {}
-    for name, table in tables.table.items():
-        r = TableReader(source, f"queues.{name}", table)
-        r.only(BOUND_KEYS)
-        try:
-            out[name] = bounds_table(name, r.table)
-        except ConfigError as exc:
-            raise r.error("", str(exc)) from None
-    return out
+    return named_tables(
+        source, data, "queues", BOUND_KEYS, lambda n, r: r.made(bounds_table, n, r.table)
+    )
 
 
 def task_overrides(source: str, data: dict[str, Any]) -> dict[str, TaskOptionsDict]:
@@ -197,28 +211,23 @@ def apply_override(task: Task[Any, Any], settings: TaskSettings) -> None:
 
 def schedule_tables(source: str, data: dict[str, Any]) -> dict[str, Schedule]:
     """Every ``[schedules.NAME]`` table of a settings file, checked (docs/schedules.md)."""
-    tables = TableReader(source, "schedules", data.get("schedules", {}))
-    out = {}
-    for name, table in tables.table.items():
-        r = TableReader(source, f"schedules.{name}", table)
-        r.only(SCHEDULE_KEYS)
-        for key in ("task", "cron"):
-            if key not in r.table:
-                raise r.error(key, "missing (a schedule needs task and cron)")
-        task, cron, tz, queue = (r.text(k) for k in ("task", "cron", "tz", "queue"))
-        args, kwargs = r.table.get("args"), r.table.get("kwargs")
-        if args is not None and not isinstance(args, list):
-            raise r.error("args", f"must be an array, not {args!r}")
-        if kwargs is not None and not isinstance(kwargs, dict):
-            raise r.error("kwargs", f"must be a table, not {kwargs!r}")
-        catch_up = r.table.get("catch_up", 0)
-        if isinstance(catch_up, bool) or not isinstance(catch_up, int) or catch_up < 0:
-            raise r.error("catch_up", f"must be a whole number >= 0 (0 is skip), not {catch_up!r}")
-        try:
-            out[name] = Schedule.of(
-                name, task or "", cron or "", tz=tz or "UTC", args=args, kwargs=kwargs,
-                queue=queue, catch_up=catch_up,
-            )  # fmt: skip
-        except ConfigError as exc:
-            raise r.error("", str(exc)) from None
-    return out
+    return named_tables(source, data, "schedules", SCHEDULE_KEYS, schedule_table)
+
+
+def schedule_table(name: str, r: TableReader) -> Schedule:
+    for key in ("task", "cron"):
+        if key not in r.table:
+            raise r.error(key, "missing (a schedule needs task and cron)")
+    task, cron, tz, queue = (r.text(k) for k in ("task", "cron", "tz", "queue"))
+    args, kwargs = r.table.get("args"), r.table.get("kwargs")
+    if args is not None and not isinstance(args, list):
+        raise r.error("args", f"must be an array, not {args!r}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise r.error("kwargs", f"must be a table, not {kwargs!r}")
+    catch_up = r.table.get("catch_up", 0)
+    if isinstance(catch_up, bool) or not isinstance(catch_up, int) or catch_up < 0:
+        raise r.error("catch_up", f"must be a whole number >= 0 (0 is skip), not {catch_up!r}")
+    return r.made(
+        Schedule.of, name, task or "", cron or "", tz=tz or "UTC", args=args, kwargs=kwargs,
+        queue=queue, catch_up=catch_up,
+    )  # fmt: skip
