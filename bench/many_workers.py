@@ -82,7 +82,7 @@ SETTINGS = (
 )
 TABLE_STATS = """
 SELECT s.n_live_tup, s.n_dead_tup, s.n_tup_upd, s.n_tup_hot_upd, s.autovacuum_count,
-       s.last_autovacuum, s.autoanalyze_count, s.vacuum_count,
+       s.last_autovacuum, s.autoanalyze_count, s.vacuum_count, s.analyze_count,
        pg_table_size(s.relid), pg_indexes_size(s.relid), pg_total_relation_size(s.relid)
 FROM pg_stat_user_tables AS s WHERE s.schemaname = %s AND s.relname = 'jobs'
 """
@@ -124,6 +124,7 @@ class TableFigures:
     last_autovacuum: Any = None
     autoanalyzes: int = 0
     vacuums: int = 0
+    analyzes: int = 0
     heap: int = 0  # bytes (with TOAST and maps)
     indexes: int = 0
     total: int = 0
@@ -357,12 +358,77 @@ def drain(url: str, config: str, args: argparse.Namespace) -> Run:
     return run
 
 
+# ---- autovacuum, for a server that runs without it ------------------------------------
+AUTOVACUUM_DUE = """
+SELECT s.n_dead_tup > v.threshold + v.scale * greatest(c.reltuples, 0)
+       OR s.n_ins_since_vacuum > i.threshold + i.scale * greatest(c.reltuples, 0),
+       s.n_mod_since_analyze > a.threshold + a.scale * greatest(c.reltuples, 0)
+FROM pg_stat_user_tables AS s JOIN pg_class AS c ON c.oid = s.relid,
+     LATERAL (SELECT current_setting('autovacuum_vacuum_threshold')::float8,
+                     current_setting('autovacuum_vacuum_scale_factor')::float8) AS v(threshold, scale),
+     LATERAL (SELECT current_setting('autovacuum_vacuum_insert_threshold')::float8,
+                     current_setting('autovacuum_vacuum_insert_scale_factor')::float8)
+             AS i(threshold, scale),
+     LATERAL (SELECT current_setting('autovacuum_analyze_threshold')::float8,
+                     current_setting('autovacuum_analyze_scale_factor')::float8) AS a(threshold, scale)
+WHERE s.schemaname = %s AND s.relname = 'jobs'
+"""
+
+
+class AutovacuumLike(threading.Thread):
+    """``--emulate-autovacuum``: what the server's autovacuum launcher would do for the jobs
+    table, on a server run with ``autovacuum=off`` (a shared test server may be): every
+    naptime, VACUUM it when its dead (or newly inserted) tuples pass the server's
+    autovacuum thresholds, ANALYZE it when its changes do, throttled by the autovacuum cost
+    settings. Counted as manual vacuums and analyzes in the table's statistics."""
+
+    def __init__(self, url: str, naptime: float) -> None:
+        super().__init__(name="autovacuum-like", daemon=True)
+        self.url, self.naptime = url, naptime
+        self.halt = threading.Event()
+        self.done: list[str] = []  # "VACUUM", "ANALYZE" in order, for the report
+
+    def run(self) -> None:
+        try:
+            self.emulate()
+        except Exception as exc:  # shown in the run's output, not raised in a thread
+            self.done.append(f"failed: {exc}")
+
+    def emulate(self) -> None:
+        schema = schema_of(self.url)
+        with connect(self.url) as conn:
+            delay = conn.execute("SHOW autovacuum_vacuum_cost_delay").fetchone()[0]  # type: ignore[index]
+            limit = conn.execute("SHOW autovacuum_vacuum_cost_limit").fetchone()[0]  # type: ignore[index]
+            conn.execute(f"SET vacuum_cost_delay = '{delay}'")
+            if int(limit) > 0:
+                conn.execute(f"SET vacuum_cost_limit = {int(limit)}")
+            while not self.halt.wait(self.naptime):
+                due = conn.execute(AUTOVACUUM_DUE, (schema,)).fetchone()
+                if due and due[0]:
+                    conn.execute(f"VACUUM {schema}.jobs")
+                    self.done.append("VACUUM")
+                elif due and due[1]:
+                    conn.execute(f"ANALYZE {schema}.jobs")
+                    self.done.append("ANALYZE")
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(600)
+
+
 @contextlib.contextmanager
-def fresh_schema(base_url: str) -> Iterator[str]:
+def fresh_schema(base_url: str, emulate_autovacuum: float | None) -> Iterator[str]:
     url = with_schema(base_url, f"many_{secrets.token_hex(4)}")
+    autovacuum = AutovacuumLike(url, emulate_autovacuum) if emulate_autovacuum else None
+    if autovacuum is not None:
+        autovacuum.start()
     try:
         yield url
     finally:
+        if autovacuum is not None:
+            autovacuum.stop()
+            done = ", ".join(autovacuum.done) or "nothing (below the thresholds at each look)"
+            print(f"autovacuum emulated on {schema_of(url)}: {done}", flush=True)
         with contextlib.suppress(Exception):
             benchapp.app.close()
         drop_schema(url)
@@ -443,7 +509,8 @@ def details(run: Run) -> list[str]:
         f"{updates:,} ({hot / updates:.0%} HOT); heap {mb(b.heap)} -> {mb(a.heap)}, indexes "
         f"{mb(b.indexes)} -> {mb(a.indexes)}; autovacuum runs {b.autovacuums} -> "
         f"{a.autovacuums} (last {a.last_autovacuum or 'never'}), autoanalyze "
-        f"{b.autoanalyzes} -> {a.autoanalyzes}, manual vacuums {a.vacuums}"
+        f"{b.autoanalyzes} -> {a.autoanalyzes}, manual vacuums {b.vacuums} -> {a.vacuums}, "
+        f"analyzes {b.analyzes} -> {a.analyzes}"
         if updates
         else f"  table: live {b.live:,} -> {a.live:,}, dead {b.dead:,} -> {a.dead:,}",
     ]
@@ -511,6 +578,17 @@ def main() -> None:
         action="store_true",
         help="VACUUM the jobs table by hand before each drain (default: never)",
     )
+    parser.add_argument(
+        "--emulate-autovacuum",
+        nargs="?",
+        type=float,
+        const=0.0,
+        default=None,
+        metavar="NAPTIME",
+        help="for a server run with autovacuum=off: a thread does for the jobs table what "
+        "autovacuum would, with the server's thresholds and cost settings, every NAPTIME s "
+        "(default: the server's autovacuum_naptime)",
+    )
     args = parser.parse_args()
     try:
         configs = [f"{w}x{s}" for w, s in map(parse_config, args.configs.split(","))]
@@ -519,22 +597,39 @@ def main() -> None:
     if args.jobs < 1 or args.repeat < 1 or args.sample_ms <= 0:
         parser.error("--jobs, --repeat and --sample-ms must be positive")
 
+    if args.emulate_autovacuum == 0.0:
+        with connect(args.postgres) as conn:
+            row = conn.execute(
+                "SELECT setting::float8 FROM pg_settings WHERE name = 'autovacuum_naptime'"
+            ).fetchone()
+        args.emulate_autovacuum = float(row[0])  # type: ignore[index]
     load0 = os.getloadavg()[0]
     print(f"machine: {machine()}; 1-min load {load0:.2f}", flush=True)
     print(f"server:  {server_settings(args.postgres)}", flush=True)
     print(
         f"{args.jobs:,} no-op jobs per drain; configurations {', '.join(configs)} x "
         f"{args.repeat}; {'one schema for all drains' if args.one_schema else 'a fresh schema per drain'}"
-        f"; {'VACUUM by hand before each drain' if args.vacuum_between else 'no VACUUM by hand'}",
+        f"; {'VACUUM by hand before each drain' if args.vacuum_between else 'no VACUUM by hand'}"
+        + (
+            f"; autovacuum emulated every {args.emulate_autovacuum:g} s"
+            if args.emulate_autovacuum
+            else "; autovacuum as the server runs it"
+        ),
         flush=True,
     )
     runs: list[Run] = []
     plan = [c for _ in range(args.repeat) for c in configs]
     with contextlib.ExitStack() as stack:
-        shared = stack.enter_context(fresh_schema(args.postgres)) if args.one_schema else None
+        shared = (
+            stack.enter_context(fresh_schema(args.postgres, args.emulate_autovacuum))
+            if args.one_schema
+            else None
+        )
         for i, config in enumerate(plan, 1):
             with contextlib.ExitStack() as one:
-                url = shared or one.enter_context(fresh_schema(args.postgres))
+                url = shared or one.enter_context(
+                    fresh_schema(args.postgres, args.emulate_autovacuum)
+                )
                 run = drain(url, config, args)
             runs.append(run)
             print(f"[{i}/{len(plan)} {config}] {describe(run)}", flush=True)
