@@ -154,6 +154,15 @@ class Samples:
     blockers: Counter[str] = field(default_factory=Counter)  # "whose: doing" -> samples
     peak_ungranted: int = 0
     slow: int = 0  # samples that took longer than the interval
+    seconds: float = 0.0  # how long the sampler ran
+
+    def in_server_ms(self, claims: int) -> float | None:
+        """Mean server-side time of one claim statement by Little's law: claim statements
+        in flight per sample = claims per second x time each spends in the server."""
+        if not (claims and self.count and self.seconds):
+            return None
+        in_flight = sum(self.claim_waits.values()) / self.count
+        return in_flight * self.seconds / claims * 1000
 
 
 class Sampler(threading.Thread):
@@ -167,6 +176,7 @@ class Sampler(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        started = time.monotonic()
         try:
             with connect(self.url) as conn:
                 while not self.halt.is_set():
@@ -179,6 +189,7 @@ class Sampler(threading.Thread):
                     self.halt.wait(max(0.0, self.interval - spent))
         except BaseException as exc:  # reported by the caller
             self.error = exc
+        self.samples.seconds = time.monotonic() - started
 
     def record(self, rows: list[tuple[str, str, str, bool, int]]) -> None:
         s = self.samples
@@ -491,6 +502,8 @@ def details(run: Run) -> list[str]:
     waits = ", ".join(f"{k} {v / s.count:.2f}" for k, v in s.waits.most_common(6)) or "none"
     locks = ", ".join(f"{k} {v}" for k, v in s.ungranted.most_common(4)) or "none"
     claims = ", ".join(f"{k} {v}" for k, v in s.claim_waits.most_common(6)) or "none seen"
+    server = s.in_server_ms(run.claims)
+    in_server = "?" if server is None else f"{server:.1f} ms"
     blockers = ", ".join(f"{k} {v}" for k, v in s.blockers.most_common(4)) or "none"
     hot = a.hot_updates - b.hot_updates
     updates = a.updates - b.updates
@@ -502,7 +515,8 @@ def details(run: Run) -> list[str]:
         f"{s.active_total / max(1, s.count):.2f}, peak {s.peak_active}; {s.slow} samples "
         "overran the interval",
         f"  what active backends waited on (mean backends per sample): {waits}",
-        f"  of those, claim statements (backend-samples): {claims}",
+        f"  of those, claim statements (backend-samples): {claims}; so about {in_server} "
+        "in the server per claim (mean, by Little's law over the sampled time)",
         f"  ungranted pg_locks (backend-samples): {locks}; peak at once {s.peak_ungranted}",
         f"  lock waiters' blockers (whose, doing what; backend-samples): {blockers}",
         f"  table: live {b.live:,} -> {a.live:,}, dead {b.dead:,} -> {a.dead:,}; updates "
