@@ -89,7 +89,7 @@ FROM pg_stat_user_tables AS s WHERE s.schemaname = %s AND s.relname = 'jobs'
 # One round trip per sample: what each active backend of the run waits on, the locks they
 # asked for and have not been granted, and who holds them up (a backend of this run or
 # not) doing what.
-SAMPLE = """
+SAMPLE = r"""
 SELECT 'wait', coalesce(wait_event_type, 'CPU'), coalesce(wait_event, '-'),
        query LIKE '%%FOR UPDATE SKIP LOCKED%%', count(*)
 FROM pg_stat_activity WHERE application_name = %(app)s AND state = 'active'
@@ -108,6 +108,10 @@ FROM pg_stat_activity AS a
 CROSS JOIN LATERAL unnest(pg_blocking_pids(a.pid)) AS bp(pid)
 JOIN pg_stat_activity AS b ON b.pid = bp.pid
 WHERE a.application_name = %(app)s AND a.wait_event_type = 'Lock'
+GROUP BY 2, 3
+UNION ALL
+SELECT 'waiter', wait_event, left(regexp_replace(query, '\s+', ' ', 'g'), 60), false, count(*)
+FROM pg_stat_activity WHERE application_name = %(app)s AND wait_event_type = 'Lock'
 GROUP BY 2, 3
 """
 BACKENDS = "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
@@ -152,6 +156,7 @@ class Samples:
     claim_waits: Counter[str] = field(default_factory=Counter)  # the same, claim statements
     ungranted: Counter[str] = field(default_factory=Counter)  # "locktype mode" -> samples
     blockers: Counter[str] = field(default_factory=Counter)  # "whose: doing" -> samples
+    waiters: Counter[str] = field(default_factory=Counter)  # "event in 'statement'" -> samples
     peak_ungranted: int = 0
     slow: int = 0  # samples that took longer than the interval
     seconds: float = 0.0  # how long the sampler ran
@@ -206,6 +211,8 @@ class Sampler(threading.Thread):
             elif kind == "lock":
                 ungranted += n
                 s.ungranted[f"{a} {b}"] += n
+            elif kind == "waiter":
+                s.waiters[f"{a} in {b!r}"] += n
             else:
                 s.blockers[f"{a}, {b}"] += n
         s.active_total += active
@@ -505,6 +512,7 @@ def details(run: Run) -> list[str]:
     server = s.in_server_ms(run.claims)
     in_server = "?" if server is None else f"{server:.1f} ms"
     blockers = ", ".join(f"{k} {v}" for k, v in s.blockers.most_common(4)) or "none"
+    waiters = "; ".join(f"{k} {v}" for k, v in s.waiters.most_common(4)) or "none"
     hot = a.hot_updates - b.hot_updates
     updates = a.updates - b.updates
     return [
@@ -519,6 +527,7 @@ def details(run: Run) -> list[str]:
         "in the server per claim (mean, by Little's law over the sampled time)",
         f"  ungranted pg_locks (backend-samples): {locks}; peak at once {s.peak_ungranted}",
         f"  lock waiters' blockers (whose, doing what; backend-samples): {blockers}",
+        f"  lock waiters' statements (backend-samples): {waiters}",
         f"  table: live {b.live:,} -> {a.live:,}, dead {b.dead:,} -> {a.dead:,}; updates "
         f"{updates:,} ({hot / updates:.0%} HOT); heap {mb(b.heap)} -> {mb(a.heap)}, indexes "
         f"{mb(b.indexes)} -> {mb(a.indexes)}; autovacuum runs {b.autovacuums} -> "
