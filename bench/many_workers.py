@@ -54,6 +54,7 @@ sys.path.insert(0, str(BENCH_DIR))
 import psutil  # noqa: E402
 
 import benchapp  # noqa: E402
+from pgcluster import own_cluster  # noqa: E402
 from pgscratch import connect, drop_schema, schema_of, with_schema  # noqa: E402
 from sluicegate.metrics.histogram import merge_all, quantile  # noqa: E402
 from throughput import (  # noqa: E402
@@ -572,6 +573,12 @@ def main() -> None:
         "created and dropped",
     )
     parser.add_argument(
+        "--own-cluster",
+        action="store_true",
+        help="start a fresh PostgreSQL cluster with initdb's defaults (autovacuum on, fsync "
+        "on) on a free port and measure there instead of --postgres; removed afterwards",
+    )
+    parser.add_argument(
         "--jobs", type=int, default=100_000, metavar="N", help="jobs per drain (default 100000)"
     )
     parser.add_argument(
@@ -619,6 +626,14 @@ def main() -> None:
         parser.error(str(exc))
     if args.jobs < 1 or args.repeat < 1 or args.sample_ms <= 0:
         parser.error("--jobs, --repeat and --sample-ms must be positive")
+    with contextlib.ExitStack() as cluster:
+        if args.own_cluster:
+            args.postgres = cluster.enter_context(own_cluster())
+            print(f"own cluster: {args.postgres} (initdb defaults)", flush=True)
+        run(args, configs)
+
+
+def run(args: argparse.Namespace, configs: list[str]) -> None:
 
     if args.emulate_autovacuum == 0.0:
         with connect(args.postgres) as conn:
