@@ -340,6 +340,11 @@ class Job:
         job.__dict__["_waiter"] = waiter
         return job
 
+    def bind(self, waiter: Waiter) -> None:
+        """``bound``, in place: for a snapshot no one else holds (one a broker built for
+        this caller alone, ``Broker.fresh_jobs``), where a copy would be wasted."""
+        self.__dict__["_waiter"] = waiter
+
     def wait(self, timeout: float | None = None) -> Any:
         """Block until the job finishes; its result. Raises JobFailed (dead: the last
         error's type, message and traceback), JobCancelled, TimeoutError after ``timeout``
