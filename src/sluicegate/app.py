@@ -379,16 +379,11 @@ class App:
             args_json, kwargs_json = encode_payload(
                 name, [] if args is None else args, {} if kwargs is None else kwargs, limit
             )
-            yield JobSpec(
-                task=name,
-                queue=base.queue,
-                args_json=args_json,
-                kwargs_json=kwargs_json,
-                priority=base.priority,
-                max_attempts=base.max_attempts,
-                headers=hooks.headers(name, base.queue) if hooks.enqueue_headers else None,
-                expires_in=base.expires_in,
-            )
+            headers = hooks.headers(name, base.queue) if hooks.enqueue_headers else None
+            yield JobSpec.of_fields(
+                (name, base.queue, args_json, kwargs_json, None, 0.0, base.priority,
+                 base.max_attempts, None, None, headers, None, base.expires_in)
+            )  # fmt: skip
 
     def _task_fields(self, name: str) -> JobSpec | None:
         """What ``_spec`` with no options takes from the task alone (an empty payload in
