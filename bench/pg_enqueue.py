@@ -8,8 +8,9 @@ nothing.
 
 - one by one (``--one`` jobs): bare = plain psycopg 3, one connection, autocommit,
   ``INSERT INTO jobs (<the columns sluicegate writes>) VALUES (...)`` one statement per
-  job; sluicegate = ``task.enqueue(i)`` with an App on the same schema (its row, its
-  wake-up NOTIFY, the Job it returns);
+  job, and the same with sluicegate's wake-up (``pg_notify``) in the statement;
+  sluicegate = ``task.enqueue(i)`` with an App on the same schema (its row, its wake-up
+  NOTIFY, the Job it returns);
 - bulk (``--bulk`` jobs in one call): bare = one ``INSERT ... SELECT FROM unnest(...)``
   of the same rows (one array per column a job sets), and one binary ``COPY``;
   sluicegate = ``task.enqueue_many``;
@@ -133,6 +134,10 @@ class Systems:
         self.insert_one = insert + (
             "statement_timestamp(), %s, NULL, statement_timestamp(), NULL, NULL, NULL)"
         )
+        self.insert_notify = (
+            f"WITH i AS ({self.insert_one} RETURNING id) SELECT id, pg_notify(%s, %s) FROM i"
+        )
+        self.channel = f"{schema_of(url)}_jobs"
         self.insert_bulk = (
             f"INSERT INTO {self.jobs} ({COLUMNS}) SELECT q, t, a, k, 'ready', p, "
             "statement_timestamp(), m, NULL, statement_timestamp(), NULL, NULL, NULL "
@@ -148,6 +153,15 @@ class Systems:
         start = time.perf_counter()
         for i in range(n):
             execute(sql, ("default", "noop", f"[{i}]", "{}", 0, 3))
+        return time.perf_counter() - start
+
+    def bare_one_notify(self, n: int) -> float:
+        """The same INSERT with the wake-up sluicegate sends (pg_notify, the queue's name),
+        in the same statement: what the NOTIFY alone costs."""
+        execute, sql, channel = self.conn.execute, self.insert_notify, self.channel
+        start = time.perf_counter()
+        for i in range(n):
+            execute(sql, ("default", "noop", f"[{i}]", "{}", 0, 3, channel, "default")).fetchone()
         return time.perf_counter() - start
 
     def sluicegate_one(self, n: int) -> float:
@@ -247,6 +261,7 @@ def main() -> None:
         try:
             one: dict[str, Callable[[], float]] = {
                 "bare INSERT": lambda: s.bare_one(args.one),
+                "bare INSERT + NOTIFY": lambda: s.bare_one_notify(args.one),
                 "sluicegate task.enqueue": lambda: s.sluicegate_one(args.one),
             }
             bulk: dict[str, Callable[[], float]] = {
