@@ -188,6 +188,17 @@ def test_a_copy_in_the_callers_transaction_commits_and_rolls_back_with_it(
     assert [broker.get_job(j.id) for j in kept[::50]] == kept[::50]
 
 
+def test_a_large_batch_in_the_callers_pipeline_goes_in_by_insert(
+    open_pg: Callable[..., PostgresBroker],
+) -> None:
+    """COPY cannot run in pipeline mode: a caller's connection in one still takes the batch."""
+    broker = open_pg()
+    with psycopg.connect(broker.dsn) as conn, conn.pipeline():
+        jobs = broker.enqueue([spec(args=[i]) for i in range(COPY_MIN * 2)], connection=conn)
+    assert [j.id for j in jobs] == sorted(j.id for j in jobs)
+    assert [broker.get_job(j.id) for j in jobs[::40]] == jobs[::40]
+
+
 def test_a_copy_batch_wakes_each_of_its_queues_once(
     open_pg: Callable[..., PostgresBroker],
 ) -> None:

@@ -71,6 +71,12 @@ def plain_params(
     }
 
 
+def can_copy(conn: Any) -> bool:
+    """COPY cannot run in pipeline mode, which a caller's connection may be in: then the
+    batched INSERT takes the run."""
+    return not conn.pgconn.pipeline_status  # PipelineStatus.OFF is 0
+
+
 def key_kept_changing(spec: JobSpec) -> BrokerUnavailable:
     return BrokerUnavailable(
         f"unique key {spec.unique_key!r} kept changing hands during enqueue; try again"
@@ -102,7 +108,7 @@ class Inserts:
         now = self._now()
         for plain, run in itertools.groupby(specs, key=lambda s: s.unique_key is None):
             batch = list(run)
-            if plain and len(batch) >= COPY_MIN:
+            if plain and len(batch) >= COPY_MIN and can_copy(conn):
                 jobs.extend(self._copy_plain(conn, batch, now))
             elif plain:
                 jobs.extend(self._insert_plain(conn, batch, now))
@@ -168,7 +174,7 @@ class AsyncInserts(Inserts):
         now = self._now()
         for plain, run in itertools.groupby(specs, key=lambda s: s.unique_key is None):
             batch = list(run)
-            if plain and len(batch) >= COPY_MIN:
+            if plain and len(batch) >= COPY_MIN and can_copy(conn):
                 jobs.extend(await self._acopy_plain(conn, batch, now))
             elif plain:
                 jobs.extend(await self._ainsert_plain(conn, batch, now))
