@@ -240,8 +240,8 @@ def main() -> None:
         ),
     )
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--one", type=int, default=1000, help="jobs per one-by-one run")
-    parser.add_argument("--bulk", type=int, default=10_000, help="jobs per bulk call")
+    parser.add_argument("--one", type=int, default=1000, help="jobs per one-by-one run (0: skip)")
+    parser.add_argument("--bulk", type=int, default=10_000, help="jobs per bulk call (0: skip)")
     parser.add_argument("--pgqueuer-python", help="a Python with pgqueuer and asyncpg")
     parser.add_argument("--pgqueuer-db", default="bench_pgqueuer")
     args = parser.parse_args()
@@ -272,23 +272,25 @@ def main() -> None:
             if peer is not None:
                 one["PgQueuer enqueue"] = lambda: peer.run("one", args.one)
                 bulk["PgQueuer enqueue (lists)"] = lambda: peer.run("bulk", args.bulk)
-            rates_one = measure(one, args.one, args.runs, s.empty)
-            rates_bulk = measure(bulk, args.bulk, args.runs, s.empty)
+            rates_one = measure(one, args.one, args.runs, s.empty) if args.one else {}
+            rates_bulk = measure(bulk, args.bulk, args.runs, s.empty) if args.bulk else {}
         finally:
             s.close()
             if peer is not None:
                 peer.close()
     print(f"\nmedians of {args.runs} runs, systems alternating")
-    table(
-        f"one by one, {args.one:,} jobs per run",
-        rates_one,
-        ["bare INSERT", "PgQueuer enqueue"],
-    )
-    table(
-        f"bulk, {args.bulk:,} jobs in one call",
-        rates_bulk,
-        ["bare unnest INSERT", "PgQueuer enqueue (lists)"],
-    )
+    if rates_one:
+        table(
+            f"one by one, {args.one:,} jobs per run",
+            rates_one,
+            ["bare INSERT", "PgQueuer enqueue"],
+        )
+    if rates_bulk:
+        table(
+            f"bulk, {args.bulk:,} jobs in one call",
+            rates_bulk,
+            ["bare unnest INSERT", "PgQueuer enqueue (lists)"],
+        )
     print(f"\nload average after: {load()}")
 
 
