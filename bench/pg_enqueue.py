@@ -19,6 +19,9 @@ nothing.
   that waits for each timed call, in its own database ``--pgqueuer-db`` (created if
   missing, PgQueuer's schema installed there); payload: the same JSON ``[i]``.
 
+Each table also gives this process's CPU per job (the client's own work: psycopg's, or
+sluicegate's above it; none for PgQueuer, timed in its subprocess).
+
     .venv/bin/python bench/pg_enqueue.py \\
         [--postgres 'postgresql://postgres@127.0.0.1:5432/test?schema=bench'] \\
         [--runs 5] [--one 1000] [--bulk 10000] [--pgqueuer-python /path/to/venv/bin/python]
@@ -207,24 +210,33 @@ class Systems:
 
 def measure(
     ways: dict[str, Callable[[], float]], n: int, runs: int, empty: Callable[[], None]
-) -> dict[str, float]:
-    """Median rate per way; the ways alternate, their order rotated each run."""
+) -> dict[str, tuple[float, float]]:
+    """Per way, the median rate and the median CPU of this process per job (us; the
+    client's own work for the ways timed here); the ways alternate, their order rotated
+    each run."""
     times: dict[str, list[float]] = {name: [] for name in ways}
+    cpu: dict[str, list[float]] = {name: [] for name in ways}
     names = list(ways)
     for run in range(runs):
         for name in names[run % len(names) :] + names[: run % len(names)]:
             empty()
+            started = time.process_time()
             times[name].append(ways[name]())
-    return {name: n / statistics.median(seconds) for name, seconds in times.items()}
+            cpu[name].append(time.process_time() - started)
+    return {
+        name: (n / statistics.median(times[name]), statistics.median(cpu[name]) / n * 1e6)
+        for name in ways
+    }
 
 
-def table(title: str, rates: dict[str, float], bases: list[str]) -> None:
+def table(title: str, measured: dict[str, tuple[float, float]], bases: list[str]) -> None:
     print(f"\n{title}")
-    print(f"| way | jobs/s | {' | '.join(f'x {b}' for b in bases)} |")
-    print(f"|---|---|{'---|' * len(bases)}")
-    for name, rate in rates.items():
-        ratios = [f"{rate / rates[b]:.2f}" if b in rates else "-" for b in bases]
-        print(f"| {name} | {rate:,.0f} | {' | '.join(ratios)} |")
+    print(f"| way | jobs/s | {' | '.join(f'x {b}' for b in bases)} | client CPU us/job |")
+    print(f"|---|---|{'---|' * len(bases)}---|")
+    for name, (rate, cpu) in measured.items():
+        ratios = [f"{rate / measured[b][0]:.2f}" if b in measured else "-" for b in bases]
+        mine = "-" if name.startswith("PgQueuer") else f"{cpu:.1f}"  # a subprocess's
+        print(f"| {name} | {rate:,.0f} | {' | '.join(ratios)} | {mine} |")
 
 
 def load() -> str:
