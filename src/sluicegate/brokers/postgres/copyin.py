@@ -28,7 +28,7 @@ from .fresh import spec_job
 
 PG_EPOCH = 946_684_800  # 2000-01-01 in unix seconds: where timestamptz counts from
 PG_EPOCH_US = PG_EPOCH * 1_000_000
-COPY_MIN = 64  # a plain run of at least this many specs goes in by COPY, smaller by INSERT
+COPY_MIN = 100  # a plain run of at least this many specs goes in by COPY, smaller by INSERT
 
 # COPY's binary types, column by column (copy_jobs' list). A timestamptz travels as the
 # int8 count of microseconds since 2000-01-01: that is its binary format, so the int8

@@ -1,5 +1,7 @@
-"""Rows in: the PostgreSQL broker's inserts, plain (batched with ``unnest``, or one job
-with plain parameters) and by unique key, and the NOTIFY that wakes workers elsewhere.
+"""Rows in: the PostgreSQL broker's inserts, plain (a large run by ``COPY``, copyin.py;
+a smaller one batched with ``unnest``; one job with plain parameters) and by unique key,
+and the NOTIFY that wakes workers elsewhere. Plain inserts hand back Jobs built from
+their specs and what the server decided (fresh.py), not read back.
 Every path stores the job's limit needs (``JobSpec.limits``, canonical JSON text) and
 its headers (``JobSpec.headers``, JSON text or None), and its expiry (``expires_at``,
 or ``expires_in`` from the database clock)."""
