@@ -342,8 +342,9 @@ class App:
         self, calls: Iterable[tuple[str, Sequence[Any], Mapping[str, Any]]], connection: Any = None
     ) -> list[Job]:
         """Enqueue ``(task_name, args, kwargs)`` triples in one transaction; all or nothing."""
-        specs = [self._spec(name, args, kwargs, NO_OPTIONS) for name, args, kwargs in calls]
-        return self._enqueued(self.broker.enqueue(specs, connection=connection))
+        specs = list(self._specs(calls))
+        broker = self.broker
+        return self._enqueued(broker.enqueue(specs, connection=connection), broker)
 
     def _enqueue(
         self,
@@ -355,7 +356,53 @@ class App:
         spec = self._spec(name, args, kwargs, options)
         if spec.queue in self.queues or options.max_wait is not None:
             return self._admit(spec, options)
-        return self._enqueued(self.broker.enqueue([spec], connection=options.connection))[0]
+        broker = self.broker
+        return self._enqueued(broker.enqueue([spec], connection=options.connection), broker)[0]
+
+    def _specs(
+        self, calls: Iterable[tuple[str, Sequence[Any] | None, Mapping[str, Any] | None]]
+    ) -> Iterator[JobSpec]:
+        """``enqueue_many``'s specs, in order: ``_spec`` with no options, with what depends
+        only on the task (its name's check, its defaults, its expiry) worked out once per
+        task name. Tasks that use limits (needs per call) go through ``_spec``."""
+        if self._settings is None:
+            self.configure()
+        known: dict[str, JobSpec | None] = {}  # per task name: its fields but the payload's
+        limit, hooks = self.payload_limit, self.hooks
+        for name, args, kwargs in calls:
+            base: Any = known.get(name, MISSING) if type(name) is str else None
+            if base is MISSING:
+                base = known[name] = self._task_fields(name)
+            if base is None:
+                yield self._spec(name, args, kwargs, NO_OPTIONS)
+                continue
+            args_json, kwargs_json = encode_payload(
+                name, [] if args is None else args, {} if kwargs is None else kwargs, limit
+            )
+            headers = hooks.headers(name, base.queue) if hooks.enqueue_headers else None
+            yield JobSpec.of_fields(
+                (name, base.queue, args_json, kwargs_json, None, 0.0, base.priority,
+                 base.max_attempts, None, None, headers, None, base.expires_in)
+            )  # fmt: skip
+
+    def _task_fields(self, name: str) -> JobSpec | None:
+        """What ``_spec`` with no options takes from the task alone (an empty payload in
+        place of the call's); None for a task that uses limits (its needs vary by call)."""
+        check_name("task", name)
+        task = self.tasks.get(name)
+        defaults = task.options if task is not None else DEFAULT_OPTIONS
+        if defaults.costs:
+            return None
+        expires_in = defaults.expires_in
+        return JobSpec(
+            task=name,
+            queue=defaults.queue,
+            args_json="[]",
+            kwargs_json="{}",
+            priority=defaults.priority,
+            max_attempts=defaults.max_attempts,
+            expires_in=None if expires_in is None else float(expires_in),  # type: ignore[arg-type]
+        )
 
     def _spec(
         self,
@@ -463,11 +510,11 @@ class App:
         slices with a yield to the loop between them, so a large batch never holds it."""
         broker = await self._ready_async()
         specs: list[JobSpec] = []
-        for name, args, kwargs in calls:
-            specs.append(self._spec(name, args, kwargs, NO_OPTIONS))
+        for spec in self._specs(calls):
+            specs.append(spec)
             if len(specs) % SPEC_SLICE == 0:
                 await asyncio.sleep(0)
-        return self._enqueued(await broker.enqueue_async(specs, connection=connection))
+        return self._enqueued(await broker.enqueue_async(specs, connection=connection), broker)
 
     async def get_job_async(self, job_id: int | str) -> Job:
         """``get_job``, awaited: a fresh read; JobNotFound (or InvalidJobId) likewise."""
@@ -500,8 +547,9 @@ class App:
                 return await asyncio.to_thread(self._admit, spec, options)
             job = (await broker.enqueue_async([spec], connection=options.connection))[0]
             self._gate.stored(spec.queue)
-            return self._enqueued([job])[0]
-        return self._enqueued(await broker.enqueue_async([spec], connection=options.connection))[0]
+            return self._enqueued([job], broker)[0]
+        jobs = await broker.enqueue_async([spec], connection=options.connection)
+        return self._enqueued(jobs, broker)[0]
 
     async def _ready_async(self) -> Broker:
         """The broker, with the settings applied; the first call does both in a thread."""
@@ -593,9 +641,16 @@ class App:
         """``fn(worker)`` in a worker process once it has stopped."""
         return self.hooks.add("on_worker_stop", fn)
 
-    def _enqueued(self, jobs: list[Job]) -> list[Job]:
-        """The stored jobs, bound to this app; each one's on_enqueue hooks called."""
-        bound = [job.bound(self) for job in jobs]
+    def _enqueued(self, jobs: list[Job], broker: Broker | None = None) -> list[Job]:
+        """The stored jobs, bound to this app; each one's on_enqueue hooks called. Jobs
+        only the caller holds (from ``broker``, whose ``fresh_jobs`` says so) are bound in
+        place, others copied."""
+        if broker is not None and broker.fresh_jobs:
+            for job in jobs:
+                job.bind(self)
+            bound = jobs
+        else:
+            bound = [job.bound(self) for job in jobs]
         if self.hooks.on_enqueue:
             for job in bound:
                 self.hooks.fire("on_enqueue", job)
@@ -690,10 +745,11 @@ class App:
         verdict = self._verdict(spec, options)
         if verdict.shed and shed_one(self.broker, spec) is None:
             raise shed_refused(spec, verdict, self.queues[spec.queue])
-        job = self.broker.enqueue([spec], connection=options.connection)[0]
+        broker = self.broker
+        job = broker.enqueue([spec], connection=options.connection)[0]
         if not verdict.shed:  # a shed one made the room this one takes
             self._gate.stored(spec.queue)
-        return self._enqueued([job])[0]
+        return self._enqueued([job], broker)[0]
 
     def predicted_wait(self, queue: str, task: str | None = None) -> float | None:
         """Seconds a job enqueued in ``queue`` now would wait to start, from the figures

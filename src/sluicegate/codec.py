@@ -21,6 +21,18 @@ TOO_DEEP = "nested too deeply (JSON values may nest about 900 levels)"
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 _decoder = json.JSONDecoder()
+# The same encoding by the C encoder, made once: ``_encoder.encode`` makes one per call.
+# Without the circular-reference check (its table would be shared between threads); a
+# cycle recurses until RecursionError, and every failure is encoded again by ``_encoder``,
+# which raises exactly what it always raised.
+_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # CPython's C encoder
+_fast_encoder = (
+    None
+    if _make_encoder is None
+    else _make_encoder(None, _encoder.default, json.encoder.encode_basestring, None, ":", ",",
+                       False, False, False)
+)  # fmt: skip
+_scan_once = _decoder.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder()
 
 
 def dumps(value: Any) -> str:
@@ -37,6 +49,17 @@ def loads(text: str) -> Any:
         return _decoder.decode(text)
     except RecursionError:
         return _decode_on_fresh_stack(text)
+
+
+def loads_own(text: str) -> Any:
+    """Decode JSON text that ``encode_payload`` just wrote (compact, valid, nothing after
+    the value): read by the decoder's C scanner alone, without the checks that text from
+    storage needs. Anything unexpected goes through ``loads``."""
+    try:
+        value, end = _scan_once(text, 0)
+    except (RecursionError, ValueError, StopIteration):
+        return loads(text)
+    return value if end == len(text) else loads(text)
 
 
 def _decode_on_fresh_stack(text: str) -> Any:
@@ -80,9 +103,14 @@ def _encode(value: Any) -> str:
     """JSON text of ``value`` that every broker can store; ValueError or TypeError (with
     the reason) if there is none."""
     try:
-        text = _encoder.encode(value)
-    except RecursionError:
-        raise ValueError(TOO_DEEP) from None
+        text = "".join(_fast_encoder(value, 0)) if _fast_encoder is not None else ""
+    except Exception:
+        text = ""  # encoded again below: the error, if any, is the plain encoder's
+    if not text:
+        try:
+            text = _encoder.encode(value)
+        except RecursionError:
+            raise ValueError(TOO_DEEP) from None
     if not _is_utf8(text):
         raise ValueError("a string holds a lone surrogate (not valid Unicode)")
     return text

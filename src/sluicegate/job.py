@@ -340,6 +340,11 @@ class Job:
         job.__dict__["_waiter"] = waiter
         return job
 
+    def bind(self, waiter: Waiter) -> None:
+        """``bound``, in place: for a snapshot no one else holds (one a broker built for
+        this caller alone, ``Broker.fresh_jobs``), where a copy would be wasted."""
+        self.__dict__["_waiter"] = waiter
+
     def wait(self, timeout: float | None = None) -> Any:
         """Block until the job finishes; its result. Raises JobFailed (dead: the last
         error's type, message and traceback), JobCancelled, TimeoutError after ``timeout``
@@ -457,8 +462,22 @@ class JobSpec:
     expires_at: float | None = None  # epoch seconds; None: expires_in from now, or never
     expires_in: float | None = None  # seconds after the enqueue, by the broker's clock
 
+    @classmethod
+    def of_fields(cls, values: tuple[Any, ...]) -> JobSpec:
+        """A spec from every field's value, in field order, unchecked: the frozen
+        ``__init__`` costs about twice as much, and a bulk enqueue builds thousands."""
+        spec = _new(cls)
+        for put, value in zip(_SPEC_SETTERS, values, strict=True):
+            put(spec, value)
+        return spec
+
     def expiry(self, now: float) -> float | None:
         """When the job stored at ``now`` (the broker's clock) expires; None: never."""
         if self.expires_at is not None:
             return self.expires_at
         return None if self.expires_in is None else now + self.expires_in
+
+
+_new = object.__new__
+# Each JobSpec field's slot setter, in field order (JobSpec.of_fields).
+_SPEC_SETTERS = tuple(getattr(JobSpec, f.name).__set__ for f in dataclasses.fields(JobSpec))

@@ -403,6 +403,7 @@ class Broker(ABC):
     migrations_applied: Sequence[int] = ()  # versions this handle applied (open or migrate())
     supports_transactions = False  # enqueue(connection=...) and transactional tasks
     cheap_empty_claim = False  # False: probe (read-only) before a claim that takes a write lock
+    fresh_jobs = False  # enqueue's Jobs are the caller's alone (App binds them in place)
 
     # ---- producer side -------------------------------------------------
     @abstractmethod

@@ -62,9 +62,10 @@ from ..sqlfiles import JOB_COLUMNS, Query
 from ..wakeups import Subscribers
 from .aconnections import AsyncConnections
 from .connections import ConnectionLost, Connections, psycopg
+from .copyin import COPY_MIN
 from .fate import UnknownFate, ids_tokens
 from .gated import Limits, rolled_back_on_error
-from .inserts import JOBS_SLICE, AsyncInserts, tuple_rows
+from .inserts import AsyncInserts, tuple_rows
 from .listener import Listener
 from .url import Settings
 
@@ -124,6 +125,7 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
     unique_violation = (psycopg.errors.UniqueViolation,) if psycopg is not None else ()
     supports_transactions = True
     cheap_empty_claim = True  # an empty claim writes nothing: idle workers need no probe first
+    fresh_jobs = True  # enqueue builds new Jobs for each call
 
     def __init__(self, url: str, clock: Callable[[], float] | None = None) -> None:
         if psycopg is None:
@@ -235,7 +237,7 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
                 with self._db.single() as conn:
                     committing = True
                     jobs = [self._insert_one(conn, specs[0])]
-            elif all(s.unique_key is None for s in specs):
+            elif len(specs) < COPY_MIN and all(s.unique_key is None for s in specs):
                 with self._db.single() as conn:
                     committing = True
                     jobs = self._insert_plain(conn, list(specs), self._now(), notify=True)
@@ -666,8 +668,8 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
     # ---- asyncio producers ----
     async def enqueue_async(self, specs: Sequence[JobSpec], connection: Any = None) -> list[Job]:
         """``enqueue`` on the asyncio pool (or the caller's AsyncConnection, in its open
-        transaction): the same statements and errors. A bulk of more than JOBS_SLICE jobs
-        goes in one transaction of several inserts, the loop free between them."""
+        transaction): the same statements and errors. A bulk of COPY_MIN jobs or more goes
+        in by COPY, the loop free every JOBS_SLICE rows."""
         if connection is not None and not isinstance(connection, psycopg.AsyncConnection):
             raise ConfigError(
                 "enqueue_async(connection=...) takes a psycopg 3 AsyncConnection with an open "
@@ -684,7 +686,7 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
                 async with self._adb.single() as conn:
                     committing = True
                     jobs = [await self._ainsert_one(conn, specs[0])]
-            elif len(specs) <= JOBS_SLICE and all(s.unique_key is None for s in specs):
+            elif len(specs) < COPY_MIN and all(s.unique_key is None for s in specs):
                 async with self._adb.single() as conn:
                     committing = True
                     jobs = await self._ainsert_plain(conn, list(specs), self._now(), notify=True)

@@ -1,5 +1,7 @@
-"""Rows in: the PostgreSQL broker's inserts, plain (batched with ``unnest``, or one job
-with plain parameters) and by unique key, and the NOTIFY that wakes workers elsewhere.
+"""Rows in: the PostgreSQL broker's inserts, plain (a large run by ``COPY``, copyin.py;
+a smaller one batched with ``unnest``; one job with plain parameters) and by unique key,
+and the NOTIFY that wakes workers elsewhere. Plain inserts hand back Jobs built from
+their specs and what the server decided (fresh.py), not read back.
 Every path stores the job's limit needs (``JobSpec.limits``, canonical JSON text) and
 its headers (``JobSpec.headers``, JSON text or None), and its expiry (``expires_at``,
 or ``expires_in`` from the database clock)."""
@@ -7,6 +9,7 @@ or ``expires_in`` from the database clock)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,6 +18,10 @@ from ...errors import BrokerUnavailable
 from ...job import Job, JobSpec
 from ..sqlbase import JobRows
 from ..sqlfiles import Query
+from .copyin import COPY_MIN, COPY_TYPES, CopyBatch
+from .fresh import StoredRows
+
+PLAIN_INSERTS = ("insert_jobs", "insert_one_notify")  # they return fragment_stored's columns
 
 
 def tuple_rows(conn: Any) -> Any:
@@ -66,6 +73,12 @@ def plain_params(
     }
 
 
+def can_copy(conn: Any) -> bool:
+    """COPY cannot run in pipeline mode, which a caller's connection may be in: then the
+    batched INSERT takes the run."""
+    return not conn.pgconn.pipeline_status  # PipelineStatus.OFF is 0
+
+
 def key_kept_changing(spec: JobSpec) -> BrokerUnavailable:
     return BrokerUnavailable(
         f"unique key {spec.unique_key!r} kept changing hands during enqueue; try again"
@@ -84,14 +97,22 @@ class Inserts:
     _jobs: dict[str, JobRows]
     _now: Callable[[], float | None]
 
+    @functools.cached_property
+    def _stored(self) -> dict[str, StoredRows]:
+        """Readers of the plain inserts' rows (fresh.py)."""
+        return {name: StoredRows(self._queries[name]) for name in PLAIN_INSERTS}
+
     def _insert(self, conn: Any, specs: Sequence[JobSpec]) -> list[Job]:
         """Rows go in batch order (ids are the claim order's last tie-break): each run of
-        specs without a unique key is one statement, keyed specs go one at a time."""
+        specs without a unique key is one statement (a COPY from COPY_MIN specs on),
+        keyed specs go one at a time."""
         jobs: list[Job] = []
         now = self._now()
         for plain, run in itertools.groupby(specs, key=lambda s: s.unique_key is None):
             batch = list(run)
-            if plain:
+            if plain and len(batch) >= COPY_MIN and can_copy(conn):
+                jobs.extend(self._copy_plain(conn, batch, now))
+            elif plain:
                 jobs.extend(self._insert_plain(conn, batch, now))
             else:
                 jobs.extend(self._insert_unique(conn, spec, now) for spec in batch)
@@ -105,18 +126,26 @@ class Inserts:
         params = plain_params(specs, now, self.channel, notify)
         with tuple_rows(conn) as cur:
             rows = cur.execute(query, params).fetchall()
-        return self._plain_jobs(rows)
+        return self._stored["insert_jobs"].jobs(specs, rows)
 
-    def _plain_jobs(self, rows: list[Any]) -> list[Job]:
-        query = self._queries["insert_jobs"]
-        rows.sort(key=lambda r: r[query.at["id"]])  # identities follow the statement's ORDER BY
-        read = self._jobs["insert_jobs"].job
-        return [read(r) for r in rows]
+    def _copy_plain(self, conn: Any, specs: list[JobSpec], now: float | None) -> list[Job]:
+        """A large run by COPY (copyin.py), in the caller's transaction: its ids and
+        clock first, then the rows; the Jobs are built while the server takes the last."""
+        with tuple_rows(conn) as cur:
+            params = {"n": len(specs), "now": now}
+            now_us, ids = cur.execute(self._queries["reserve_ids"], params).fetchone()
+            batch = CopyBatch(specs, ids, now_us)
+            with cur.copy(self._queries["copy_jobs"]) as copy:
+                copy.set_types(COPY_TYPES)
+                write = copy.write_row
+                for row in batch.rows():
+                    write(row)
+                return batch.jobs()
 
     def _insert_one(self, conn: Any, spec: JobSpec) -> Job:
         params = {**spec_params(spec), "now": self._now(), "channel": self.channel}
         row = conn.execute(self._queries["insert_one_notify"], params).fetchone()
-        return self._jobs["insert_one_notify"].job(row)
+        return self._stored["insert_one_notify"].job(spec, row)
 
     def _insert_unique(self, conn: Any, spec: JobSpec, now: float | None) -> Job:
         q = self._queries
@@ -147,7 +176,9 @@ class AsyncInserts(Inserts):
         now = self._now()
         for plain, run in itertools.groupby(specs, key=lambda s: s.unique_key is None):
             batch = list(run)
-            if plain:
+            if plain and len(batch) >= COPY_MIN and can_copy(conn):
+                jobs.extend(await self._acopy_plain(conn, batch, now))
+            elif plain:
                 jobs.extend(await self._ainsert_plain(conn, batch, now))
             else:
                 for spec in batch:
@@ -173,13 +204,32 @@ class AsyncInserts(Inserts):
             async with tuple_rows(conn) as cur:
                 await cur.execute(query, params)
                 rows = await cur.fetchall()
-            jobs.extend(self._plain_jobs(rows))
+            jobs.extend(self._stored["insert_jobs"].jobs(specs[start : start + JOBS_SLICE], rows))
         return jobs
+
+    async def _acopy_plain(self, conn: Any, specs: list[JobSpec], now: float | None) -> list[Job]:
+        """``_copy_plain``, with a yield to the loop every JOBS_SLICE rows written and
+        Jobs built."""
+        async with tuple_rows(conn) as cur:
+            await cur.execute(self._queries["reserve_ids"], {"n": len(specs), "now": now})
+            now_us, ids = await cur.fetchone()
+            batch = CopyBatch(specs, ids, now_us)
+            async with cur.copy(self._queries["copy_jobs"]) as copy:
+                copy.set_types(COPY_TYPES)
+                for n, row in enumerate(batch.rows(), 1):
+                    await copy.write_row(row)
+                    if n % JOBS_SLICE == 0:
+                        await asyncio.sleep(0)
+                jobs: list[Job] = []
+                for start in range(0, len(specs), JOBS_SLICE):
+                    jobs.extend(batch.jobs(start, start + JOBS_SLICE))
+                    await asyncio.sleep(0)
+                return jobs
 
     async def _ainsert_one(self, conn: Any, spec: JobSpec) -> Job:
         params = {**spec_params(spec), "now": self._now(), "channel": self.channel}
         cur = await conn.execute(self._queries["insert_one_notify"], params)
-        return self._jobs["insert_one_notify"].job(await cur.fetchone())
+        return self._stored["insert_one_notify"].job(spec, await cur.fetchone())
 
     async def _ainsert_unique(self, conn: Any, spec: JobSpec, now: float | None) -> Job:
         q = self._queries

@@ -36,11 +36,13 @@ SELECT coalesce(max(version), 0) AS version FROM {schema}.schema_version;
 INSERT INTO {schema}.schema_version (version, name) VALUES (%(version)s, %(name)s);
 
 -- name: insert_jobs
--- returns: job
+-- columns: id, state, run_at, enqueued_at, expires_at
 -- Rows and their wake-up in one statement: an enqueue outside a caller's transaction is one
 -- round trip, committed on its own (autocommit). %(queues)s are the queues to wake: none
 -- when the caller notifies later itself. The one-time filter runs pg_notify first; the
--- notification goes out when the statement commits.
+-- notification goes out when the statement commits. It returns only what the server
+-- decided; the Jobs are built from their specs (fresh.py), in id order, which is the
+-- batch's (ORDER BY v.n: identities are drawn in that order).
 WITH inserted AS (
     INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at,
                                max_attempts, unique_key, enqueued_at, limits, headers,
@@ -61,16 +63,31 @@ WITH inserted AS (
                    coalesce(to_timestamp(i.at), {now} + make_interval(secs => i.delay)) AS run_at
          ) AS v
     ORDER BY v.n
-    RETURNING *
+    RETURNING id, state, run_at, enqueued_at, expires_at
 ), woke AS (
     SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q
 )
-SELECT {job_columns:inserted} FROM inserted WHERE (SELECT count(*) FROM woke) >= 0;
+SELECT {fragment_stored} FROM inserted WHERE (SELECT count(*) FROM woke) >= 0;
+
+-- name: reserve_ids
+-- columns: now, ids
+-- A COPY batch's first step (copyin.py): %(n)s ids from the jobs' identity sequence, in
+-- order, and the clock the batch is stamped with, in unix microseconds (exact: extract
+-- gives numeric). The sequence's name is resolved when the statement is parsed.
+SELECT (extract(epoch FROM {now}) * 1000000)::int8 AS now,
+       array(SELECT nextval('{schema}.jobs_id_seq') FROM generate_series(1, %(n)s::int)) AS ids;
+
+-- name: copy_jobs
+-- The batch's rows (copyin.CopyBatch.rows), ids included: COPY writes the identity
+-- column as given. Columns left out take their defaults (attempts 0, unique_key NULL).
+COPY {schema}.jobs (id, queue, task, args, kwargs, state, priority, run_at, max_attempts,
+                    enqueued_at, limits, headers, expires_at)
+FROM STDIN (FORMAT BINARY);
 
 -- name: insert_one_notify
--- returns: job
+-- columns: id, state, run_at, enqueued_at, expires_at
 -- The common enqueue, one job: plain parameters (no arrays to build and unnest) and its
--- wake-up, in one autocommit statement.
+-- wake-up, in one autocommit statement. Returns what the server decided, as insert_jobs.
 WITH inserted AS (
     INSERT INTO {schema}.jobs (queue, task, args, kwargs, state, priority, run_at,
                                max_attempts, unique_key, enqueued_at, limits, headers,
@@ -81,11 +98,17 @@ WITH inserted AS (
            %(headers)s::text, {fragment_expiry}
     FROM (SELECT coalesce(to_timestamp(%(run_at)s::float8),
                           {now} + make_interval(secs => %(delay)s::float8)) AS run_at) AS r
-    RETURNING *
+    RETURNING id, state, run_at, enqueued_at, expires_at
 ), woke AS (
     SELECT pg_notify(%(channel)s, %(queue)s)
 )
-SELECT {job_columns:inserted} FROM inserted WHERE (SELECT count(*) FROM woke) >= 0;
+SELECT {fragment_stored} FROM inserted WHERE (SELECT count(*) FROM woke) >= 0;
+
+-- name: fragment_stored
+-- What a plain insert returns (fresh.StoredRows): the columns the server decided.
+id, state, extract(epoch FROM run_at)::float8 AS run_at,
+extract(epoch FROM enqueued_at)::float8 AS enqueued_at,
+extract(epoch FROM expires_at)::float8 AS expires_at
 
 -- name: insert_unique_job
 -- returns: job
