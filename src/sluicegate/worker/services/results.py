@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from ...brokers import Broker
+from ...brokers.base import ClaimBatch
 from ...job import Claim, Event
 from ...outcomes import Buried, Outcome, Settled
 from .backoff import Backoff
@@ -22,6 +23,9 @@ from .base import Counters, Service
 from .leases import LeaseKeeper
 
 log = logging.getLogger("sluicegate.worker")
+# A claim that writes a turn's starts and outcomes too (Broker.claim_and_record, its
+# queues and sizes already given): the claimed jobs and the lost claims, or None.
+RecordingClaim = Callable[[list[Claim], list[Outcome]], "tuple[ClaimBatch, list[Claim]] | None"]
 RING_INTERVAL = 0.02  # s: the most often other workers are woken for freed limit tokens
 
 
@@ -126,6 +130,31 @@ class ResultWriter(Service):
         self.failing = False
         self.backoff.ok()
         self._recorded(outcomes, lost)
+
+    def along_with(self, claim: RecordingClaim) -> ClaimBatch | None:
+        """Hand the starts and outcomes waiting to ``claim`` (the broker's
+        ``claim_and_record``), which writes them in the claim's own transaction: one round
+        trip for the turn. None: nothing waited, or the broker could not take them
+        (they stay for ``flush``); the caller claims on its own. A failure keeps them for
+        the next try, as a failed flush does."""
+        if not self._started and not self._pending:
+            return None
+        started, outcomes = self._take_batch()
+        if not started and not outcomes:
+            return None
+        try:
+            got = claim(started, outcomes)
+        except Exception:
+            self._put_back(started, outcomes)
+            self.failing = True
+            raise
+        if got is None:
+            self._put_back(started, outcomes)
+            return None
+        claimed, lost = got
+        self.failing = False
+        self._recorded(outcomes, lost)
+        return claimed
 
     def _take_batch(self) -> tuple[list[Claim], list[Outcome]]:
         """Starts and outcomes waiting to be written (taken out of the buffers); starts of
