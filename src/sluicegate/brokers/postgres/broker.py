@@ -324,8 +324,8 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         outcomes: Sequence[Outcome],
     ) -> tuple[ClaimBatch, list[Claim]] | None:
         """A worker's turn record (starts and acks, ``record_turn``) and the plain claim,
-        pipelined in one transaction: one round trip and one commit, which waits for the
-        WAL flush when it acks. None, with nothing sent, where that does not apply:
+        pipelined in one transaction (BEGIN and COMMIT as statements): one round trip and
+        one commit, which waits for the WAL flush when it acks. None, with nothing sent, where that does not apply:
         failures or retries to record, or a set of queues that claims through the gated
         claim.
 
@@ -351,10 +351,12 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
             "finished": self.finished_channel,
         }
         try:
-            with self._db.single() as conn:
-                with conn.pipeline():  # one implicit transaction, committed at its end
+            with self._db.single() as conn, rolled_back_on_error(conn):
+                with conn.pipeline():  # one round trip, COMMIT included
+                    conn.execute("BEGIN")
                     recorded = conn.execute(q["record_turn"], turn)
                     claimed = conn.execute(query, params)
+                    conn.execute("COMMIT")
                 done = matched(q["record_turn"], recorded.fetchall())
                 rows = claimed.fetchall()
                 unmatched = batch.lost(done)
