@@ -124,7 +124,7 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
     unique_violation = (psycopg.errors.UniqueViolation,) if psycopg is not None else ()
     supports_transactions = True
     cheap_empty_claim = True  # an empty claim writes nothing: idle workers need no probe first
-    records_with_claims = True  # a turn's starts and acks go in its claim's statement
+    records_with_claims = True  # a turn's starts and acks go in its claim's transaction
 
     def __init__(self, url: str, clock: Callable[[], float] | None = None) -> None:
         if psycopg is None:
@@ -325,9 +325,9 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
     ) -> tuple[ClaimBatch, list[Claim]] | None:
         """A worker's turn record (starts and acks, ``record_turn``) and the plain claim,
         pipelined in one transaction (BEGIN and COMMIT as statements): one round trip and
-        one commit, which waits for the WAL flush when it acks. None, with nothing sent, where that does not apply:
-        failures or retries to record, or a set of queues that claims through the gated
-        claim.
+        one commit, which waits for the WAL flush when it acks. None, with nothing sent,
+        where that does not apply: failures or retries to record, or a set of queues that
+        claims through the gated claim.
 
         A claim that promoted due jobs or met gated ones claims nothing here (the record
         is written all the same) and says to look again at once (``retry_in`` 0): the
