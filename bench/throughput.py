@@ -54,6 +54,7 @@ sys.path.insert(0, str(BENCH_DIR))
 import benchapp  # noqa: E402
 from pgscratch import is_postgres, listeners, scratch_schema, server_info  # noqa: E402
 from sluicegate.job import JobState  # noqa: E402
+from sluicegate.worker.pool import DEFAULT_POOL  # noqa: E402
 
 SLOTS = 8  # the standard pool: "default=default:8", 8 thread slots over queue "default"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -87,6 +88,8 @@ PEERS = {
     ],
     "postgresql": [
         ("PgQueuer", "~2,800 jobs/s"),
+        ("PgQueuer 1.6 drain at its defaults (issue 16)", "~6,458 jobs/s"),
+        ("PgQueuer 1.6 drain, 8-way (issue 16)", "~2,240 jobs/s"),
         ("Procrastinate", "~160 jobs/s"),
         ("Celery on Redis", "~600 jobs/s"),
         ("hand-written SKIP LOCKED loop, 1 job per transaction", "~1,400 jobs/s"),
@@ -174,13 +177,15 @@ class Worker:
     """A real ``sluicegate worker benchapp:app`` subprocess, its log in a temporary file."""
 
     def __init__(
-        self, url: str, *, burst: bool, slots: int = SLOTS, extra: tuple[str, ...] = ()
+        self, url: str, *, burst: bool, slots: int | None = SLOTS, extra: tuple[str, ...] = ()
     ) -> None:
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in close()
             prefix="sluicegate-bench-worker-", suffix=".log"
         )
         cmd = [sys.executable, "-m", "sluicegate.cli", "worker", "benchapp:app"]
-        cmd += ["--pool", f"default=default:{slots}", "--broker", url]
+        if slots is not None:  # None: the worker's default pool
+            cmd += ["--pool", f"default=default:{slots}"]
+        cmd += ["--broker", url]
         if burst:
             cmd.append("--burst")
         cmd += extra
@@ -268,6 +273,7 @@ class Results:
     drain: list[float] = field(default_factory=list)  # jobs/s (broker timestamps)
     drain_wall: list[float] = field(default_factory=list)  # jobs/s incl. interpreter start
     drain_cpu: list[float] = field(default_factory=list)  # CPU s of the whole worker run
+    drain_default: list[float] = field(default_factory=list)  # jobs/s, the default pool
     idle_start_cpu: list[float] = field(default_factory=list)  # CPU s of a 0-job run
     # warm drains by configuration "WxS": jobs/s and all workers' CPU s per 1,000 jobs
     warm: dict[str, list[float]] = field(default_factory=dict)
@@ -301,10 +307,10 @@ def measure_enqueue_bulk(url: str, n: int) -> float:
     return n / elapsed
 
 
-def run_burst_worker(url: str, timeout: float) -> tuple[float, float]:
+def run_burst_worker(url: str, timeout: float, slots: int | None = SLOTS) -> tuple[float, float]:
     """Run a burst worker to exit; returns (wall seconds, CPU seconds) of that child."""
     cpu_before = children_cpu()
-    worker = Worker(url, burst=True)
+    worker = Worker(url, burst=True, slots=slots)
     try:
         wall = worker.wait(timeout)
     finally:
@@ -325,12 +331,13 @@ def drain_rate(ids: set[int], n: int) -> float:
     return n / (last - first)
 
 
-def measure_drain(url: str, n: int) -> tuple[float, float, float]:
-    """Returns (jobs/s from broker timestamps, jobs/s wall incl. start-up, worker CPU s)."""
+def measure_drain(url: str, n: int, slots: int | None = SLOTS) -> tuple[float, float, float]:
+    """Returns (jobs/s from broker timestamps, jobs/s wall incl. start-up, worker CPU s).
+    ``slots`` None: the worker's default pool (no ``--pool``)."""
     open_app(url)
     ids = {job.id for job in benchapp.noop.enqueue_many([[] for _ in range(n)])}
     benchapp.app.close()
-    wall, cpu = run_burst_worker(url, timeout=max(120.0, n / 50))
+    wall, cpu = run_burst_worker(url, timeout=max(120.0, n / 50), slots=slots)
     open_app(url)
     try:
         return drain_rate(ids, n), n / wall, cpu
@@ -511,14 +518,26 @@ def table_rows(r: Results, args: argparse.Namespace, kind: str) -> list[Row]:
             "enqueue, bulk (task.enqueue_many)", bulk, f"{bulk:,.0f} jobs/s", "enqueue_bulk", kind
         ),
     ]
+    if args.drains_only:
+        rows = []
     if not r.drain:
         return rows
+    default = median(r.drain_default)
     rows += [
         target_row(
             f"drain, 1 worker x {SLOTS} thread slots", drain, f"{drain:,.0f} jobs/s", "drain", kind
         ),
         ("  same, wall incl. interpreter start-up", f"{median(r.drain_wall):,.0f} jobs/s", "", ""),
+        target_row(
+            f"drain, 1 worker, default pool ({DEFAULT_POOL.slots} thread slots)",
+            default,
+            f"{default:,.0f} jobs/s",
+            "drain_default",
+            kind,
+        ),
     ]
+    if args.drains_only:
+        return rows
     if args.workers:
         config = f"{args.workers}x{SLOTS}"
         label = f"drain, {args.workers} workers x {SLOTS} slots (started idle)"
@@ -652,8 +671,9 @@ def run(args: argparse.Namespace) -> Results:
             r.enqueue_bulk.append(measure_enqueue_bulk(url, n))
         return f"{r.enqueue_bulk[-1]:,.0f} jobs/s"
 
-    step("enqueue one-by-one", one)
-    step("enqueue bulk", bulk)
+    if not args.drains_only:
+        step("enqueue one-by-one", one)
+        step("enqueue bulk", bulk)
     if kind_of(args.broker) == "memory":
         r.notes.append(
             "memory:// is per process: worker measurements (drain, latency, idle) skipped"
@@ -690,8 +710,20 @@ def run(args: argparse.Namespace) -> Results:
             f"max {r.lat_max[-1] * 1000:.2f} ms; idle CPU {idle * 100:.2f} % of a core"
         )
 
+    def drain_default() -> str:
+        with broker_url(args.broker) as url:
+            rate, wall_rate, cpu = measure_drain(url, n, slots=None)
+        r.drain_default.append(rate)
+        return f"{rate:,.0f} jobs/s (wall {wall_rate:,.0f}/s), worker CPU {cpu:.2f} s"
+
+    if args.drains_only:  # A/B runs: the two burst drains, alternating within each repeat
+        for i in range(args.repeat):
+            print(f"[drain default pool {i + 1}/{args.repeat}] {drain_default()}", flush=True)
+            print(f"[drain 1x{SLOTS} {i + 1}/{args.repeat}] {drain()}", flush=True)
+        return r
     step("idle start/exit", idle_start)
     step(f"drain 1x{SLOTS}", drain)
+    step(f"drain default pool ({DEFAULT_POOL.slots} slots)", drain_default)
     if args.workers:
         step(f"drain {args.workers}x{SLOTS}", warm_measure(r, args, f"{args.workers}x{SLOTS}"))
     if args.best:
@@ -753,6 +785,12 @@ def main() -> None:
         action="store_true",
         help="only compare warm 1x8 drains with the worker's metrics on and off "
         "(--no-metrics), alternating, and print both medians and their ratio",
+    )
+    parser.add_argument(
+        "--drains-only",
+        action="store_true",
+        help="only the two burst drains (1 worker x 8 slots, and the default pool), "
+        "alternating within each repeat: for comparing two versions of the code",
     )
     parser.add_argument(
         "--grid",

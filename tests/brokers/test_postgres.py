@@ -221,16 +221,7 @@ def test_the_claim_reads_the_jobs_ready_index(pg: PostgresBroker, pg_url: str, s
     assert pg.record([], [Succeeded(c, "null") for c in claims]) == []
     pg.enqueue([spec(queue="other") for _ in range(50)])
     sql.execute(f"ANALYZE {schema_of(pg_url)}.jobs")
-    params = {
-        "queues": ["q", "other"],
-        "n": 10,
-        "token": 1,
-        "lease": 30.0,
-        "worker": "w",
-        "now": None,
-        "promote": True,
-        "finished": "sluicegate_finished",
-    }
+    params = pg._claim_params(("q", "other"), 10, 1, 30.0, "w")
     with psycopg.connect(pg.dsn) as conn:
         plan = conn.execute("EXPLAIN " + pg._queries["claim"], params).fetchall()
         conn.rollback()
@@ -247,16 +238,7 @@ def test_the_claims_generic_plan_reads_indexes_only(
     claims = [c.claim for c in pg.claim(["q"], 2990, LEASE, "w")]
     assert pg.record([], [Succeeded(c, "null") for c in claims]) == []
     sql.execute(f"ANALYZE {schema_of(pg_url)}.jobs")
-    params = {
-        "queues": ["q"],
-        "n": 8,
-        "token": 1,
-        "lease": 30.0,
-        "worker": "w",
-        "now": None,
-        "promote": True,
-        "finished": "sluicegate_finished",
-    }
+    params = pg._claim_params(("q",), 8, 1, 30.0, "w")
     with psycopg.connect(pg.dsn) as conn:
         text = generic_plan(conn, pg._queries["claim"], params)
     assert "jobs_ready" in text, text
@@ -557,20 +539,34 @@ class TestPrune:
 
 # ---- writes whose fate the broker could not see ----------------------------------------------
 def _break_next_commit(pg: PostgresBroker, landed: bool) -> None:
-    """The next transaction of ``pg`` reports a lost connection at COMMIT; ``landed``: the
-    server had committed it anyway (the reply was lost), else it was rolled back."""
-    original = pg._db.transaction
+    """The next record of ``pg`` reports a lost connection after its COMMIT was sent;
+    ``landed``: the server had committed it anyway (the reply was lost), else it was
+    rolled back. (A record is BEGIN, its writes and COMMIT in one pipeline on a
+    connection of ``single``.)"""
+    original = pg._db.single
+
+    class Committing:
+        """The record's connection; its COMMIT becomes a ROLLBACK when it did not land."""
+
+        def __init__(self, conn: Any) -> None:
+            self._conn = conn
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._conn, name)
+
+        def execute(self, query: Any, params: Any = None) -> Any:
+            if query == "COMMIT" and not landed:
+                query = "ROLLBACK"
+            return self._conn.execute(query, params)
 
     @contextlib.contextmanager
     def broken() -> Iterator[Any]:
-        pg._db.transaction = original  # type: ignore[method-assign]
+        pg._db.single = original  # type: ignore[method-assign]
         with original() as conn:
-            yield conn
-            if not landed:
-                raise BrokerUnavailable("connection lost before COMMIT")
+            yield Committing(conn)
         raise BrokerUnavailable("connection lost at COMMIT")
 
-    pg._db.transaction = broken  # type: ignore[method-assign]
+    pg._db.single = broken  # type: ignore[method-assign]
 
 
 class TestUnknownFate:

@@ -36,6 +36,7 @@ from sluicegate.worker.services import (
     Shutdown,
 )
 from sluicegate.worker.services.base import Service
+from sluicegate.worker.services.results import SHORT_BODY
 
 
 class FlakyBroker(SQLiteBroker):
@@ -485,3 +486,28 @@ def test_pruner_deletes_past_retention_in_its_own_thread_and_survives_failures(
     assert broker.get_job(new.claim.job_id) is not None
     assert "prune failed (will retry): database is locked" in caplog.text
     broker.close()
+
+
+def test_only_short_bodies_outcomes_ride_with_a_claim(flaky: FlakyBroker) -> None:
+    """A claim that shares an ack's transaction waits for its flush: outcomes of bodies
+    that ran SHORT_BODY or longer are left for the writer's own write, after the claim."""
+    enqueue(flaky, "q", 2)
+    quick, slow = (c.claim for c in flaky.claim(["q"], 2, 30, "w"))
+    leases = LeaseKeeper(flaky, 30)
+    leases.hold([quick, slow])
+    writer = ResultWriter(flaky, leases, Counters())
+    handed: list[list[Outcome]] = []
+
+    def claim(started: list[Claim], outcomes: list[Outcome]) -> tuple[ClaimBatch, list[Claim]]:
+        handed.append(outcomes)
+        return ClaimBatch(), flaky.record(started, outcomes)
+
+    writer.add(Succeeded(quick, "1"), took=SHORT_BODY / 10)
+    assert writer.along_with(claim) == ClaimBatch() and handed == [[Succeeded(quick, "1")]]
+    assert writer.unwritten == 0
+    writer.add(Succeeded(slow, "2"), took=SHORT_BODY)
+    assert writer.along_with(claim) is None and len(handed) == 1  # not handed over ...
+    assert writer.unwritten == 1
+    writer.flush()  # ... but written on its own
+    assert writer.unwritten == 0
+    assert flaky.get_job(slow.job_id).state == JobState.SUCCEEDED  # type: ignore[union-attr]

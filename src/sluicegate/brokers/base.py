@@ -438,6 +438,27 @@ class Broker(ABC):
         moment its job ends instead of after the outcome's commit.
         """
 
+    # Whether ``claim_and_record`` can write a turn's record with its claim.
+    records_with_claims = False
+
+    def claim_and_record(
+        self,
+        queues: Sequence[str],
+        n: int,
+        lease: float,
+        worker_id: str,
+        started: Sequence[Claim],
+        outcomes: Sequence[Outcome],
+    ) -> tuple[ClaimBatch, list[Claim]] | None:
+        """``claim`` and ``record`` in one transaction, where a broker can do both in one
+        round trip: returns the claimed jobs and the lost claims of the record. None (the
+        default, and wherever it does not apply): nothing was done; the caller claims,
+        then records, as two calls. Raising: neither was done (or, for a lost connection,
+        the record's fate is unknown, as ``record``'s is).
+
+        The claimed jobs' ``retry_in`` of 0 asks the caller to claim again at once."""
+        return None
+
     @abstractmethod
     def has_work(self, queues: Sequence[str]) -> bool:
         """Cheap read-only probe: is any job of ``queues`` ready or due? Takes no write lock."""

@@ -170,7 +170,7 @@ def load_queries(dialect: str, values: Mapping[str, Value]) -> dict[str, Query]:
         sql = block.sql
         while _CALL.search(sql):  # a fragment's own calls too (fragment_expire's history)
             sql = expand_calls(sql, called, where)
-        sql = render(sql, values, where)
+        sql = unindented(render(sql, values, where))
         found = result_columns(sql, where)
         if found != block.declared:
             raise ValueError(
@@ -179,6 +179,13 @@ def load_queries(dialect: str, values: Mapping[str, Value]) -> dict[str, Query]:
             )
         queries[block.name] = Query(block.name, sql, block.declared)
     return queries
+
+
+def unindented(sql: str) -> str:
+    """``sql`` without its lines' indentation: the server never reads it, and psycopg
+    caches the conversion of a statement's placeholders only up to 4 kB of text (the
+    claim's is longer with it). No literal in these files spans lines."""
+    return "\n".join(line.strip() for line in sql.splitlines())
 
 
 def expand_calls(sql: str, fragments: Mapping[str, Block], where: str) -> str:

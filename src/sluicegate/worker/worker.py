@@ -140,6 +140,8 @@ class Worker:
             claimer.held_back = lambda: self.results.failing
             if metrics:
                 claimer.on_claimed = self.metrics.claimed
+            if broker.records_with_claims:
+                claimer.record_along = self.results.along_with
         self.health = HealthCheck(
             self.claimers,
             backoff,

@@ -34,7 +34,7 @@ from ...job import (
     job_id_of,
 )
 from ...limits import local_host
-from ...outcomes import Failed, failed
+from ...outcomes import Failed, Outcome, failed
 from ..base import (
     FORGET_WORKERS_AFTER,
     ClaimBatch,
@@ -126,6 +126,7 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
     supports_transactions = True
     cheap_empty_claim = True  # an empty claim writes nothing: idle workers need no probe first
     fresh_jobs = True  # enqueue builds new Jobs for each call
+    records_with_claims = True  # a turn's starts and acks go in its claim's transaction
 
     def __init__(self, url: str, clock: Callable[[], float] | None = None) -> None:
         if psycopg is None:
@@ -275,16 +276,7 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         token = secrets.randbits(62)
         if not self._gated_seen.get(wanted):
             query = self._queries["claim"]
-            params = {
-                "queues": list(wanted),
-                "n": n,
-                "token": token,
-                "lease": lease,
-                "worker": worker_id,
-                "now": self._now(),
-                "promote": True,
-                "finished": self.finished_channel,
-            }
+            params = self._claim_params(wanted, n, token, lease, worker_id)
             with self._db.single() as conn:
                 rows = conn.execute(query, params).fetchall()
                 expired = rows[0][query.at["expired"]] if rows else 0
@@ -309,6 +301,86 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
             self._waiters.notify_local()
         return ClaimBatch(in_claim_order(jobs), retry_in, expired + gone)
 
+    def _claim_params(
+        self, wanted: tuple[str, ...], n: int, token: int, lease: float, worker_id: str
+    ) -> dict[str, Any]:
+        return {
+            "queues": list(wanted),
+            "n": n,
+            "token": token,
+            "lease": lease,
+            "worker": worker_id,
+            "now": self._now(),
+            "promote": True,
+            "finished": self.finished_channel,
+            "relax": True,
+        }
+
+    def claim_and_record(
+        self,
+        queues: Sequence[str],
+        n: int,
+        lease: float,
+        worker_id: str,
+        started: Sequence[Claim],
+        outcomes: Sequence[Outcome],
+    ) -> tuple[ClaimBatch, list[Claim]] | None:
+        """A worker's turn record (starts and acks, ``record_turn``) and the plain claim,
+        pipelined in one transaction (BEGIN and COMMIT as statements): one round trip and
+        one commit, which waits for the WAL flush when it acks. None, with nothing sent,
+        where that does not apply: failures or retries to record, or a set of queues that
+        claims through the gated claim.
+
+        A claim that promoted due jobs or met gated ones claims nothing here (the record
+        is written all the same) and says to look again at once (``retry_in`` 0): the
+        next claim, a plain one or the gated claim, takes them."""
+        self._db.expect_lease(lease)
+        batch = RecordBatch.of(started, outcomes)
+        wanted = tuple(dict.fromkeys(queues))
+        if n <= 0 or not wanted or batch.burials or batch.retries or self._gated_seen.get(wanted):
+            return None
+        token = secrets.randbits(62)
+        q, query = self._queries, self._queries["claim"]
+        params = self._claim_params(wanted, n, token, lease, worker_id)
+        params["relax"] = not batch.acks
+        turn = {
+            "start_ids": [c.job_id for c in batch.starts],
+            "start_tokens": [c.token for c in batch.starts],
+            "ack_ids": [o.claim.job_id for o in batch.acks],
+            "ack_tokens": [o.claim.token for o in batch.acks],
+            "results": [o.result_json for o in batch.acks],
+            "now": params["now"],
+            "finished": self.finished_channel,
+        }
+        try:
+            with self._db.single() as conn, rolled_back_on_error(conn):
+                with conn.pipeline():  # one round trip, COMMIT included
+                    conn.execute("BEGIN")
+                    recorded = conn.execute(q["record_turn"], turn)
+                    claimed = conn.execute(query, params)
+                    conn.execute("COMMIT")
+                done = matched(q["record_turn"], recorded.fetchall())
+                rows = claimed.fetchall()
+                unmatched = batch.lost(done)
+                if unmatched:  # rare: a write this handle could not see may have landed
+                    done |= self._fate.own_writes(conn, unmatched)
+        except BrokerUnavailable:
+            self._fate.remember(batch.claims)  # perhaps committed: see _write_record
+            raise
+        first = rows[0]
+        expired = first[query.at["expired"]]
+        if batch.acks:
+            self._ended()
+        elif expired:
+            self._waiters.notify_local()
+        gated = bool(first[query.at["gated"]])
+        if gated:
+            self._gated_seen[wanted] = True
+        at_id, read = query.at["id"], self._jobs["claim"].claimed
+        jobs = [read(r, token) for r in rows if r[at_id] is not None]
+        again = gated or bool(first[query.at["promoted"]])
+        return ClaimBatch(in_claim_order(jobs), 0.0 if again else None, expired), batch.lost(done)
+
     def has_work(self, queues: Sequence[str]) -> bool:
         with self._db.transaction() as conn:
             params = {"queues": list(queues), "now": self._now()}
@@ -321,13 +393,23 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         return None if due_in is None else max(0.0, float(due_in))
 
     def _write_record(self, batch: RecordBatch) -> list[Claim]:
-        """Starts and outcomes in one pipelined transaction."""
+        """Starts and outcomes in one transaction, in one round trip: BEGIN, the writes and
+        COMMIT go out in one pipeline, and their rows are read once it has ended (only
+        retries, whose queues are notified, read theirs before the COMMIT)."""
         try:
-            with self._db.transaction() as conn, conn.pipeline():
-                if batch.only_starts:  # losing them in a crash leaves jobs "claimed"
-                    conn.execute("SET LOCAL synchronous_commit = off")
-                done = self._record_in(conn, batch)
-                done |= self._fate.own_writes(conn, batch.lost(done))
+            with self._db.single() as conn, rolled_back_on_error(conn):
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    if batch.only_starts:  # losing them in a crash leaves jobs "claimed"
+                        conn.execute("SET LOCAL synchronous_commit = off")
+                    written = self._record_in(conn, batch)
+                    conn.execute("COMMIT")
+                done: set[Claim] = set()
+                for query, cursor in written:
+                    done |= matched(query, cursor)
+                unmatched = batch.lost(done)
+                if unmatched:  # rare: a write this handle could not see may have landed
+                    done |= self._fate.own_writes(conn, unmatched)
         except BrokerUnavailable:
             # Perhaps at COMMIT: whether it was written stays unknown until the caller retries.
             self._fate.remember(batch.claims)
@@ -336,38 +418,39 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         # later call, its own token included: fencing, as on every broker.
         return batch.lost(done)
 
-    def _record_in(self, conn: Any, batch: RecordBatch) -> set[Claim]:
-        """The batched writes of ``record``, one statement per kind; returns the claims matched."""
+    def _record_in(self, conn: Any, batch: RecordBatch) -> list[tuple[Query, Any]]:
+        """The batched writes of ``record``, one statement per kind, queued in ``conn``'s
+        pipeline; returns each statement with its cursor (or rows), read after the COMMIT."""
         q, now = self._queries, self._now()
-        done: set[Claim] = set()
+        written: list[tuple[Query, Any]] = []
         params: dict[str, Any]
         if batch.starts:
             params = {**ids_tokens(batch.starts), "now": now}
-            done |= matched(q["start"], conn.execute(q["start"], params))
-        if batch.acks or batch.burials:  # pipelined: no round trip of its own
+            written.append((q["start"], conn.execute(q["start"], params)))
+        if batch.acks or batch.burials:
             self._notify_finished(conn)
         if batch.acks:
             params = {**ids_tokens([o.claim for o in batch.acks]), "now": now}
             params["results"] = [o.result_json for o in batch.acks]
-            done |= matched(q["ack"], conn.execute(q["ack"], params))
+            written.append((q["ack"], conn.execute(q["ack"], params)))
         if batch.burials:
             params = {**ids_tokens([o.claim for o in batch.burials]), "now": now}
             params["errors"] = [dumps(o.error.to_dict()) for o in batch.burials]
             params["events"] = [failed(o) for o in batch.burials]
             params["briefs"] = [_brief(o) for o in batch.burials]
-            done |= matched(q["fail_dead"], conn.execute(q["fail_dead"], params))
+            written.append((q["fail_dead"], conn.execute(q["fail_dead"], params)))
         if batch.retries:
             params = {**ids_tokens([o.claim for o in batch.retries]), "now": now}
             params["errors"] = [dumps(o.error.to_dict()) for o in batch.retries]
             params["retry_in"] = [o.retry_in for o in batch.retries]
             params["events"] = [failed(o) for o in batch.retries]
             params["briefs"] = [_brief(o) for o in batch.retries]
-            rows = conn.execute(q["fail_retry"], params).fetchall()
-            done |= matched(q["fail_retry"], rows)
+            rows = conn.execute(q["fail_retry"], params).fetchall()  # a round trip of its own
+            written.append((q["fail_retry"], rows))
             if rows:  # due later: sleeping workers elsewhere recompute their next wake-up
                 at_queue = q["fail_retry"].at["queue"]
                 self._notify_queues(conn, [r[at_queue] for r in rows])
-        return done
+        return written
 
     def heartbeat(
         self,

@@ -10,15 +10,18 @@ claim) are left out of its claims.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Callable, Mapping
 
 from ...brokers import Broker, QueueDepth
+from ...brokers.base import ClaimBatch
 from ...job import Claim, ClaimedJob
 from ..pool import PoolSpec, PoolState
 from .backoff import Backoff
 from .base import Service
+from .results import RecordingClaim
 
 HEALTHY_POLL_FACTOR = 5.0  # safety poll every 5 x poll_interval while wake-ups are healthy
 
@@ -60,6 +63,8 @@ class Claimer(Service):
         self.wake_gen = 0
         self.attempted_at = time.monotonic()  # the last claim call, for the health check
         self.on_claimed: Callable[[str, int, float], None] | None = None  # pool, jobs, latency
+        # The result writer's along_with, where the broker records with its claims.
+        self.record_along: Callable[[RecordingClaim], ClaimBatch | None] | None = None
         # The pool's queues that are not paused (the pause watcher's open_queues); None:
         # no pauses are looked at (a claimer used on its own).
         self.open_queues: Callable[[tuple[str, ...]], tuple[str, ...]] | None = None
@@ -191,10 +196,19 @@ class Claimer(Service):
 
     def _claim_from(self, queues: tuple[str, ...], wanted: int) -> list[ClaimedJob]:
         """Claim only: the turn's starts and outcomes are written after the new jobs are
-        dispatched (by the result writer), so refilling a slot never waits for an ack's fsync."""
-        ended = self.ended_claims() if self.ended_claims is not None else []
+        dispatched (by the result writer), so refilling a slot never waits for an ack's
+        fsync; except where the broker writes them in the claim's own statement
+        (``record_along``, PostgreSQL): one round trip and one commit for the turn."""
         began = time.monotonic()
-        batch = self.broker.claim(queues, wanted, self.lease, self.worker_id, self.host, ended)
+        batch = None
+        if self.record_along is not None:  # the turn's starts and outcomes ride along
+            claim = functools.partial(
+                self.broker.claim_and_record, queues, wanted, self.lease, self.worker_id
+            )
+            batch = self.record_along(claim)
+        if batch is None:
+            ended = self.ended_claims() if self.ended_claims is not None else []
+            batch = self.broker.claim(queues, wanted, self.lease, self.worker_id, self.host, ended)
         if self.on_claimed is not None:
             self.on_claimed(self.pool.spec.name, len(batch), time.monotonic() - began)
         if batch.retry_in is not None:

@@ -200,7 +200,8 @@ class Dispatcher(Service):
             if isinstance(outcome, Settled):
                 self.results.settled(outcome)
             elif counts:
-                self.results.add(outcome, body_ended=slot_free)
+                took = ended_at - (flight.started_at or flight.claimed_at)
+                self.results.add(outcome, body_ended=slot_free, took=took)
                 if timed_out:
                     self.counters.timed_out += 1
             if counts:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from ...brokers import Broker
+from ...brokers.base import ClaimBatch
 from ...job import Claim, Event
 from ...outcomes import Buried, Outcome, Settled
 from .backoff import Backoff
@@ -22,6 +23,12 @@ from .base import Counters, Service
 from .leases import LeaseKeeper
 
 log = logging.getLogger("sluicegate.worker")
+# A claim that writes a turn's starts and outcomes too (Broker.claim_and_record, its
+# queues and sizes already given): the claimed jobs and the lost claims, or None.
+RecordingClaim = Callable[[list[Claim], list[Outcome]], "tuple[ClaimBatch, list[Claim]] | None"]
+# Bodies shorter than this (s) have their outcomes written with the next claim, where the
+# broker can (along_with): a very short job's cost is its turn's, not its wait for a flush.
+SHORT_BODY = 0.001
 RING_INTERVAL = 0.02  # s: the most often other workers are woken for freed limit tokens
 
 
@@ -41,6 +48,7 @@ class ResultWriter(Service):
         self.on_lost = on_lost  # told of each claim whose outcome the broker refused
         self._started: collections.deque[Claim] = collections.deque()  # any thread appends
         self._pending: list[Outcome] = []  # the loop's thread only
+        self._slowest = 0.0  # s: the longest body among the pending outcomes
         self._limited: set[Claim] = set()  # held claims of jobs that name limits
         self._ended: set[Claim] = set()  # of those, bodies ended, outcomes not yet written
         self.on_tokens_freed: Callable[[], None] | None = None  # wakes this worker's claimers
@@ -60,9 +68,12 @@ class ResultWriter(Service):
         """A job's body began (called from its executor's thread)."""
         self._started.append(claim)
 
-    def add(self, outcome: Outcome, body_ended: bool = True) -> None:
-        """Queue an outcome. ``body_ended`` False: a soft timeout, the code still runs."""
+    def add(self, outcome: Outcome, body_ended: bool = True, took: float = 0.0) -> None:
+        """Queue an outcome. ``body_ended`` False: a soft timeout, the code still runs.
+        ``took``: how long its body ran (s), which decides whether it goes with a claim."""
         self._pending.append(outcome)
+        if took > self._slowest:
+            self._slowest = took
         if self._limited and body_ended and outcome.claim in self._limited:
             self._ended.add(outcome.claim)
             if self.on_tokens_freed is not None:
@@ -127,6 +138,38 @@ class ResultWriter(Service):
         self.backoff.ok()
         self._recorded(outcomes, lost)
 
+    def along_with(self, claim: RecordingClaim) -> ClaimBatch | None:
+        """Hand the starts and outcomes waiting to ``claim`` (the broker's
+        ``claim_and_record``), which writes them in the claim's own transaction: one round
+        trip for the turn. None: nothing waited, or the broker could not take them
+        (they stay for ``flush``); the caller claims on its own. A failure keeps them for
+        the next try, as a failed flush does.
+
+        Only outcomes of short bodies (under SHORT_BODY) go with a claim: a claim sharing
+        an ack's transaction waits for its WAL flush, which is noise next to a turn of
+        very short jobs (whose budget is the CPU a turn costs) but would hold up the
+        refill of slots whose jobs take longer; theirs are written after the claim."""
+        if not self._started and not self._pending:
+            return None
+        if self._slowest >= SHORT_BODY:  # the claim goes first, its commit not waited for
+            return None
+        started, outcomes = self._take_batch()
+        if not started and not outcomes:
+            return None
+        try:
+            got = claim(started, outcomes)
+        except Exception:
+            self._put_back(started, outcomes)
+            self.failing = True
+            raise
+        if got is None:
+            self._put_back(started, outcomes)
+            return None
+        claimed, lost = got
+        self.failing = False
+        self._recorded(outcomes, lost)
+        return claimed
+
     def _take_batch(self) -> tuple[list[Claim], list[Outcome]]:
         """Starts and outcomes waiting to be written (taken out of the buffers); starts of
         jobs no longer held (already finished or lost) are not worth a write."""
@@ -135,6 +178,7 @@ class ResultWriter(Service):
             started.append(self._started.popleft())
         started = [c for c in started if c in self.leases.held]
         outcomes, self._pending = self._pending, []
+        self._slowest = 0.0
         return started, outcomes
 
     def _put_back(self, started: list[Claim], outcomes: list[Outcome]) -> None:

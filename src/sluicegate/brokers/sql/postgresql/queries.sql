@@ -184,12 +184,15 @@ SELECT pg_notify(%(channel)s, q) AS notified FROM unnest(%(queues)s::text[]) AS 
 -- the rows it promoted, so when it promoted any of the wanted queues it claims nothing (a
 -- due job may come first in claim order) and the broker claims again without promoting.
 -- The claim is its own transaction and commits without waiting for the WAL flush
--- (synchronous_commit off, set by the statement itself): a claim lost in a server crash only
--- means the job is claimed again later, and its holder's ack is refused.
+-- (synchronous_commit off, set by the statement itself unless told not to, see below): a claim
+-- lost in a server crash only means the job is claimed again later, and its holder's ack is
+-- refused.
 -- Expiry (fragment_expire) comes first: ``expired`` says how many jobs it cancelled
 -- (their waiters are notified with the commit); the reads below skip expired jobs, which
 -- this statement's snapshot still sees waiting, and promotion leaves them scheduled.
 -- The job's columns are NULL when nothing was claimed.
+-- %(relax)s is false when the claim shares its transaction with acks (claim_and_record,
+-- record_turn): the commit then waits for the WAL flush, as every ack's does.
 WITH expired AS {fragment_expire(1000)},
 woke AS (SELECT pg_notify(%(finished)s, '') FROM (SELECT 1 FROM expired LIMIT 1) AS e),
 promoted AS (
@@ -238,9 +241,38 @@ SELECT p.promoted, p.relaxed, (SELECT gated FROM gate) AS gated,
        (SELECT count(*) FROM expired) + 0 * (SELECT count(*) FROM woke) AS expired,
        {job_columns:c}
 FROM (SELECT count(*) FILTER (WHERE queue = ANY(%(queues)s::text[])) AS promoted,
-             set_config('synchronous_commit', 'off', true) AS relaxed
+             CASE WHEN %(relax)s::boolean
+                  THEN set_config('synchronous_commit', 'off', true) END AS relaxed
       FROM promoted) AS p
 LEFT JOIN claimed AS c ON true;
+
+-- name: record_turn
+-- columns: id, token
+-- A worker's turn record, sent with its claim in one pipeline and one transaction
+-- (PostgresBroker.claim_and_record): one round trip and one commit for the turn. The
+-- starts and acks, token-checked as the start and ack statements are, and the waiters'
+-- NOTIFY when it acked any.
+WITH started AS (
+    UPDATE {schema}.jobs AS j SET state = {running}, started_at = {now}
+    FROM unnest(%(start_ids)s::bigint[], %(start_tokens)s::bigint[]) AS c(id, token)
+    WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({start_from})
+    RETURNING j.id, c.token
+), acked AS (
+    UPDATE {schema}.jobs AS j
+    SET state = {succeeded}, result = c.result, finished_at = {now},
+        finish_xid = pg_current_xact_id(),
+        started_at = CASE WHEN j.state = {running} THEN j.started_at ELSE {now} END,
+        lease_expires_at = NULL
+    FROM unnest(%(ack_ids)s::bigint[], %(ack_tokens)s::bigint[], %(results)s::text[])
+         AS c(id, token, result)
+    WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({ack_from})
+    RETURNING j.id, c.token
+), woke AS (
+    SELECT pg_notify(%(finished)s, '') FROM (SELECT 1 FROM acked LIMIT 1) AS a
+)
+SELECT r.id, r.token
+FROM (SELECT id, token FROM started UNION ALL SELECT id, token FROM acked) AS r
+CROSS JOIN (SELECT count(*) FROM woke) AS w;
 
 -- name: claim_settings
 -- columns: relaxed, bounded
