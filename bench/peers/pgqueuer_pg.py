@@ -141,8 +141,9 @@ def describe() -> dict[str, object]:
         "notes": (
             f"{DEFAULTS}; asyncio, one asyncpg connection. N-way = max_concurrent_tasks=N "
             "with batch_size=min(10, N//2). Bulk = Queries.enqueue with lists (one "
-            "statement). A killed worker's picked jobs are re-picked by a live worker "
-            "once their heartbeat is older than heartbeat_timeout (30 s)"
+            "statement). A killed worker's picked jobs are re-picked by a live worker's "
+            "next dequeue once their heartbeat is older than heartbeat_timeout (30 s); an "
+            "idle worker dequeues on NOTIFY or every dequeue_timeout (30 s): 30-60 s"
         ),
     }
 
