@@ -208,6 +208,8 @@ def drain(
         "jobs": jobs,
         "complete": len(rows) >= jobs,
         "span_s": span,
+        "first_start": min(ran),
+        "sink": str(path),
         "notes": worker.notes,
     }
     if cpu:
@@ -222,7 +224,11 @@ def io20(run: Run, system: System) -> dict[str, Any]:
     with fresh_store(run, system) as store:
         fill(system, store, IO20_JOBS, "io20")
         drained = drain(run, system, store, IO20_JOBS, str(IO20_SLOTS), "io20")
-    seconds = drained["span_s"] + IO20_SECONDS  # to the end of the last job's 20 ms
+    finished = [at for at, _, _ in sink.read(drained["sink"] + ".done")]
+    if finished:  # from the first start to the last job's end
+        seconds = max(finished) - drained["first_start"]
+    else:  # no completion stamps: the last start plus its 20 ms
+        seconds = drained["span_s"] + IO20_SECONDS
     bound = IO20_JOBS * IO20_SECONDS / IO20_SLOTS
     return {"seconds": seconds, "bound": bound, "complete": drained["complete"],
             "ran": drained["ran"], "notes": drained["notes"]}  # fmt: skip
@@ -277,21 +283,40 @@ def kill(run: Run, system: System) -> dict[str, Any]:
                 time.sleep(0.1)
         finally:
             second.stop()
-    rows = sink.read(str(path))
+    return kill_counts(sink.read(str(path)), sink.read(f"{path}.done"), jobs, killed_at, wait)
+
+
+def kill_counts(
+    rows: list[tuple[float, float, int]], done: list[tuple[float, float, int]], jobs: int,
+    killed_at: float, wait: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Lost = jobs not done after the wait; duplicates = jobs started more than once;
+    recovery = from the kill until every job had finished once.
+
+    With the adapter's completion stamps (``SINK.done``) "done" is known. Without them it is
+    guessed from starts: a job whose last start fell within its own 20 ms before the kill
+    was cut short, and if it never started again it was never done."""
     runs = Counter(index for _, _, index in rows)
-    latest: dict[int, float] = {}
-    for ran, _, index in rows:
-        latest[index] = max(ran, latest.get(index, 0.0))
     never = sum(1 for i in range(jobs) if runs[i] == 0)
-    # The sink stamps a job's start: a job whose last start fell within its own 20 ms
-    # before the kill was cut short, and if it never ran again it was never done.
-    cut = sum(1 for t in latest.values() if killed_at - IO20_SECONDS < t <= killed_at)
-    after = [ran for ran, _, _ in rows if ran > killed_at]
-    lost = never + cut
-    recovery = (max(after) - killed_at if after else 0.0) if lost == 0 else None
-    return {"lost": lost, "never_ran": never, "cut_never_rerun": cut,
-            "duplicates": sum(1 for c in runs.values() if c > 1), "recovery_s": recovery,
-            "ran_before_kill": len(rows) - len(after), "wait_s": wait}  # fmt: skip
+    if done:
+        finished: dict[int, float] = {}
+        for at, _, index in done:
+            finished[index] = min(at, finished.get(index, at))
+        lost = sum(1 for i in range(jobs) if i not in finished)
+        last = max(finished.values())
+        how = "completion stamps"
+    else:
+        latest: dict[int, float] = {}
+        for ran, _, index in rows:
+            latest[index] = max(ran, latest.get(index, 0.0))
+        cut = sum(1 for t in latest.values() if killed_at - IO20_SECONDS < t <= killed_at)
+        lost = never + cut
+        last = max(ran for ran, _, _ in rows) + IO20_SECONDS
+        how = "start stamps only (cut jobs guessed)"
+    recovery = max(last - killed_at, 0.0) if lost == 0 else None
+    return {"lost": lost, "never_ran": never, "duplicates": sum(1 for c in runs.values() if c > 1),
+            "recovery_s": recovery, "wait_s": wait, "counted_by": how,
+            "started_before_kill": sum(1 for ran, _, _ in rows if ran <= killed_at)}  # fmt: skip
 
 
 # ---- one system ----------------------------------------------------------------------
@@ -345,8 +370,8 @@ def measure(run: Run, system: System, results: dict[str, Any]) -> None:
         results["kill"] = k = kill(run, system)
         recovery = "not within the wait" if k["recovery_s"] is None else f"{k['recovery_s']:.1f} s"
         log(
-            f"{name} kill: {k['lost']} lost ({k['never_ran']} never ran, {k['cut_never_rerun']} "
-            f"cut and never re-run), {k['duplicates']} run twice, recovery {recovery}"
+            f"{name} kill: {k['lost']} not done ({k['never_ran']} never started), "
+            f"{k['duplicates']} started twice, recovery {recovery} (by {k['counted_by']})"
         )
 
 
@@ -481,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
         for entry in live:
             try:
                 measure(run, entry["system"], entry["results"])
-            except (AdapterError, Unsupported, OSError) as exc:
+            except Exception as exc:  # one system's failure must not end the others' run
                 entry["error"] = str(exc)
                 log(f"{entry['key']}: stopped by an error: {exc}")
     except KeyboardInterrupt:

@@ -85,7 +85,7 @@ COLUMNS = [
     ("idle latency p50 / p99 ms", latency_cell),
     ("worker CPU ms/1k jobs", lambda r: cpu_cell(r, "worker_cpu_ms_per_1k")),
     ("broker CPU ms/1k jobs", lambda r: cpu_cell(r, "broker_cpu_ms_per_1k")),
-    ("kill: lost / duplicates / recovery", kill_cell),
+    ("kill: not done / started twice / recovery", kill_cell),
 ]
 
 

@@ -49,6 +49,7 @@ def serve(dsn: str, sink_path: str, stop: threading.Event) -> None:
                     sink.stamp(sink_path, index, sent)
                     if task == "io20":
                         time.sleep(0.02)
+                        sink.stamp(sink_path + ".done", index, sent)
                     conn.execute("DELETE FROM bare_jobs WHERE id = %s", (job_id,))
             if row is None:
                 stop.wait(POLL)

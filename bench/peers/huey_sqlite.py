@@ -36,6 +36,7 @@ def configure(path: str) -> None:
     def io20(index: int, sent: float) -> None:
         sink.stamp(SINK["path"], index, sent)
         time.sleep(0.02)
+        sink.stamp(SINK["path"] + ".done", index, sent)
 
     TASKS.update(noop=noop, io20=io20)
 

@@ -40,6 +40,7 @@ async def io20(index: int, sent: float) -> None:
     an async pool (a coroutine task may not sit on a thread pool's queue)."""
     sink.stamp(os.environ[SINK_ENV], index, sent)
     await asyncio.sleep(0.02)
+    sink.stamp(os.environ[SINK_ENV] + ".done", index, sent)
 
 
 def broker_url(given: str) -> str:
