@@ -123,8 +123,9 @@ def main(system: str, argv: list[str] | None = None) -> None:
                 "system": system,
                 "version": version("sluicegate"),
                 "default_concurrency": "10 thread slots",
-                "notes": f"{DEFAULT}; crash recovery: the lease, 30 s by default "
-                "(a dead worker's claims come back when it expires)",
+                "notes": f"{DEFAULT}; crash recovery: on the same host at once (a dead "
+                "worker's lock file frees, and a live or restarted worker of the host "
+                "returns its jobs within a second); across hosts by the lease, 30 s by default",
             }
         )
         return
