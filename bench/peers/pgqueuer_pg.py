@@ -124,6 +124,7 @@ def worker(args: argparse.Namespace) -> None:
             sink.stamp(path, body["i"], body["s"])
             if io20:
                 await asyncio.sleep(0.02)
+                sink.stamp(path + ".done", body["i"], body["s"])
 
         print(json.dumps({"ready": True, "notes": notes}), flush=True)
         yield pgq

@@ -54,6 +54,7 @@ def make_app(url: str) -> tuple[procrastinate.App, procrastinate.Task]:
         sink.stamp(STATE["sink"], i, s)
         if STATE["io20"]:
             await asyncio.sleep(0.02)
+            sink.stamp(STATE["sink"] + ".done", i, s)
 
     return app, bench
 
