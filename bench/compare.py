@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import signal
 import sys
 import tempfile
@@ -63,6 +64,7 @@ SYSTEMS = [
 WORKLOADS = ["one", "bulk", "default", "eight", "io20", "latency", "kill"]
 IO20_JOBS, IO20_SLOTS, IO20_SECONDS = 2000, 50, 0.02
 LATENCY_WARMUP = 10  # the first latency samples are dropped: the worker is warm after them
+ABORT = threading.Event()  # Ctrl-C during the kill workloads: their threads clean up and end
 
 
 @dataclass
@@ -282,14 +284,14 @@ def kill(run: Run, system: System) -> dict[str, Any]:
         first.wait_ready()
         deadline = time.monotonic() + 120
         while watcher.count() < jobs // 2 and time.monotonic() < deadline:
-            if first.proc.poll() is not None:
+            if first.proc.poll() is not None or ABORT.is_set():
                 raise AdapterError("worker exited before the kill")
             time.sleep(0.002)
         first.kill()
         killed_at = time.time()
         second = Worker(system, args, run.scratch, f"{path.stem}-fresh")
         try:
-            while time.time() < killed_at + wait:
+            while time.time() < killed_at + wait and not ABORT.is_set():
                 time.sleep(0.1)
         finally:
             second.stop()
@@ -403,15 +405,21 @@ def kill_all(run: Run, entries: list[dict[str, Any]]) -> None:
             log(f"{entry['key']} kill: stopped by an error: {exc}")
 
     log(f"kill workloads: {len(entries)} systems, {run.args.kill_stagger:g} s apart")
-    threads = []
-    for i, entry in enumerate(entries):
-        if i:
-            time.sleep(run.args.kill_stagger)
-        thread = threading.Thread(target=one, args=(entry,), daemon=True)
-        thread.start()
-        threads.append(thread)
-    for thread in threads:
-        thread.join()
+    threads: list[threading.Thread] = []
+    try:
+        for i, entry in enumerate(entries):
+            if i:
+                time.sleep(run.args.kill_stagger)
+            thread = threading.Thread(target=one, args=(entry,), daemon=True)
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            thread.join()
+    except KeyboardInterrupt:
+        ABORT.set()  # each thread stops its workers and removes its store, then ends
+        for thread in threads:
+            thread.join(timeout=60)
+        raise
 
 
 # ---- environments and availability -------------------------------------------------
@@ -518,6 +526,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--peers-venv", default=None, help="use this virtualenv for the peers")
     parser.add_argument("--out", default=None, help="write the markdown here too")
     parser.add_argument("--json", default=None, help="write the raw figures here")
+    parser.add_argument(
+        "--keep-scratch", action="store_true", help="keep the sinks and worker logs"
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     defaults = {"jobs": (1000, 10_000), "repeat": (1, 3), "kill_wait": (35.0, 60.0),
@@ -539,31 +550,45 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    started = time.monotonic()
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with "&"
     scratch = Path(tempfile.mkdtemp(prefix="compare-"))
-    run = Run(args, scratch)
-    load_before = stores.loadavg()
-    log(f"scratch folder (sinks, worker logs): {scratch}; 1-minute load {load_before}")
     try:
-        systems = prepare(args, scratch)
-        live = [s for s in systems if not s.get("skipped")]
-        log(f"{len(live)} systems x {','.join(args.workloads)}; {args.jobs:,} jobs, "
-            f"repeat {args.repeat}, kill wait {args.kill_wait:.0f} s: about "
-            f"{estimate(args, len(live)) / 60:.0f} min")  # fmt: skip
-        for entry in live:
-            try:
-                measure(run, entry["system"], entry["results"])
-            except Exception as exc:  # one system's failure must not end the others' run
-                entry["error"] = str(exc)
-                log(f"{entry['key']}: stopped by an error: {exc}")
-        if "kill" in args.workloads and not args.kill_serial:
-            kill_all(run, [e for e in live if not e.get("error")])
+        return run_all(Run(args, scratch))
     except KeyboardInterrupt:
         log("interrupted: cleaning up")
         return 130
     finally:
-        stop_all()
+        stop_all()  # the stores were removed on the way out of their with-blocks
+        if args.keep_scratch:
+            log(f"sinks and worker logs kept in {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_all(run: Run) -> int:
+    args, started = run.args, time.monotonic()
+    load_before = stores.loadavg()
+    log(f"scratch folder (sinks, worker logs): {run.scratch}; 1-minute load {load_before}")
+    systems = prepare(args, run.scratch)
+    live = [s for s in systems if not s.get("skipped")]
+    log(f"{len(live)} systems x {','.join(args.workloads)}; {args.jobs:,} jobs, "
+        f"repeat {args.repeat}, kill wait {args.kill_wait:.0f} s: about "
+        f"{estimate(args, len(live)) / 60:.0f} min")  # fmt: skip
+    for entry in live:
+        try:
+            measure(run, entry["system"], entry["results"])
+        except Exception as exc:  # one system's failure must not end the others' run
+            entry["error"] = str(exc)
+            log(f"{entry['key']}: stopped by an error: {exc}")
+    if "kill" in args.workloads and not args.kill_serial:
+        kill_all(run, [e for e in live if not e.get("error")])
+    return finish(run, systems, load_before, started)
+
+
+def finish(run: Run, systems: list[dict[str, Any]], load_before: str, started: float) -> int:
+    """The machine, the tables, the files."""
+    args = run.args
     machine = stores.machine(
         args.postgres if any(s["store"] == "postgresql" for s in systems) else None,
         args.redis if any(s["store"] == "redis" for s in systems) else None,
@@ -585,9 +610,6 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(text)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, default=str))
-    import shutil
-
-    shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 
