@@ -508,7 +508,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=None, help="jobs per enqueue/drain (10000)")
     parser.add_argument("--repeat", type=int, default=None, help="runs of each rate workload (3)")
     parser.add_argument("--kill-wait", type=float, default=None, help="seconds after the kill (60)")
-    parser.add_argument("--drain-timeout", type=float, default=None, help="cap per drain, s (30)")
+    parser.add_argument("--drain-timeout", type=float, default=None, help="cap per drain, s (20)")
     parser.add_argument("--latency-jobs", type=int, default=None, help="latency samples (200)")
     parser.add_argument("--spacing", type=float, default=20.0, help="ms before each latency job")
     parser.add_argument("--warm", type=float, default=2.0, help="s an idle worker waits first")
@@ -532,7 +532,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     quick = args.quick
     defaults = {"jobs": (1000, 10_000), "repeat": (1, 3), "kill_wait": (35.0, 60.0),
-                "drain_timeout": (15.0, 30.0), "latency_jobs": (50, 200)}  # fmt: skip
+                "drain_timeout": (15.0, 20.0), "latency_jobs": (50, 200)}  # fmt: skip
     for name, (short, full) in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, short if quick else full)
