@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-chaos check lint format bench chaos browser screenshots clean
+.PHONY: demo test test-chaos check lint format bench compare chaos browser screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/pools.py
+
+# sluicegate side by side with its peers (bench/README.md, "Peer comparison"); the peers
+# are installed into .venv-peers from bench/peers/requirements.txt on first use.
+compare: $(STAMP)
+	$(BIN)/python bench/compare.py
 
 # A seeded soak on a throwaway PostgreSQL cluster under faults (docs/chaos.md); not part
 # of `make test`. CHAOS_MINUTES (default 5), CHAOS_SEED (default: random, printed).
