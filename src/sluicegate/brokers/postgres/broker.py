@@ -350,7 +350,6 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
             "ack_tokens": [o.claim.token for o in batch.acks],
             "results": [o.result_json for o in batch.acks],
             "now": params["now"],
-            "finished": self.finished_channel,
         }
         try:
             with self._db.single() as conn, rolled_back_on_error(conn):
@@ -359,6 +358,8 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
                     recorded = conn.execute(q["record_turn"], turn)
                     claimed = conn.execute(query, params)
                     conn.execute("COMMIT")
+                    if batch.acks:
+                        self._notify_finished_after(conn)
                 done = matched(q["record_turn"], recorded.fetchall())
                 rows = claimed.fetchall()
                 unmatched = batch.lost(done)
@@ -404,6 +405,8 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
                         conn.execute("SET LOCAL synchronous_commit = off")
                     written = self._record_in(conn, batch)
                     conn.execute("COMMIT")
+                    if batch.acks or batch.burials:
+                        self._notify_finished_after(conn)
                 done: set[Claim] = set()
                 for query, cursor in written:
                     done |= matched(query, cursor)
@@ -427,8 +430,6 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         if batch.starts:
             params = {**ids_tokens(batch.starts), "now": now}
             written.append((q["start"], conn.execute(q["start"], params)))
-        if batch.acks or batch.burials:
-            self._notify_finished(conn)
         if batch.acks:
             params = {**ids_tokens([o.claim for o in batch.acks]), "now": now}
             params["results"] = [o.result_json for o in batch.acks]
@@ -803,6 +804,19 @@ class PostgresBroker(AsyncInserts, Limits, SQLBroker):
         """NOTIFY the waiters of every process, at the commit of ``conn``'s transaction."""
         params = {"channel": self.settings.finished_channel}
         conn.execute(self._queries["notify_finished"], params)
+
+    def _notify_finished_after(self, conn: Any) -> None:
+        """The waiters' NOTIFY for outcomes just committed on ``conn``, as a transaction of
+        its own queued after that COMMIT in the same pipeline (no extra round trip), which
+        does not wait for the WAL flush. A notifying transaction holds the server's one
+        NOTIFY lock from its commit until its commit returns: inside the acks' transaction
+        that spans their WAL flush, and every other notifying commit on the server (the
+        other workers' acks) waits behind it. Lost in a crash between the two commits, the
+        waiters' safety poll finds the outcome."""
+        conn.execute("BEGIN")
+        conn.execute("SET LOCAL synchronous_commit = off")
+        self._notify_finished(conn)
+        conn.execute("COMMIT")
 
     def _notify_cancelled(self, conn: Any) -> None:
         """NOTIFY the workers of every process, at the commit: held jobs were cancelled."""

@@ -250,8 +250,8 @@ LEFT JOIN claimed AS c ON true;
 -- columns: id, token
 -- A worker's turn record, sent with its claim in one pipeline and one transaction
 -- (PostgresBroker.claim_and_record): one round trip and one commit for the turn. The
--- starts and acks, token-checked as the start and ack statements are, and the waiters'
--- NOTIFY when it acked any.
+-- starts and acks, token-checked as the start and ack statements are. The waiters'
+-- NOTIFY follows in a transaction of its own (PostgresBroker._notify_finished_after).
 WITH started AS (
     UPDATE {schema}.jobs AS j SET state = {running}, started_at = {now}
     FROM unnest(%(start_ids)s::bigint[], %(start_tokens)s::bigint[]) AS c(id, token)
@@ -267,12 +267,8 @@ WITH started AS (
          AS c(id, token, result)
     WHERE j.id = c.id AND j.lease_token = c.token AND j.state IN ({ack_from})
     RETURNING j.id, c.token
-), woke AS (
-    SELECT pg_notify(%(finished)s, '') FROM (SELECT 1 FROM acked LIMIT 1) AS a
 )
-SELECT r.id, r.token
-FROM (SELECT id, token FROM started UNION ALL SELECT id, token FROM acked) AS r
-CROSS JOIN (SELECT count(*) FROM woke) AS w;
+SELECT id, token FROM started UNION ALL SELECT id, token FROM acked;
 
 -- name: claim_settings
 -- columns: relaxed, bounded
