@@ -18,6 +18,7 @@ import threading
 import time
 from importlib.metadata import version
 
+import contract
 import psycopg
 import sink
 
@@ -109,17 +110,7 @@ def latency(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("role", choices=["setup", "enqueue", "latency", "worker", "describe"])
-    parser.add_argument("--broker", default="")
-    parser.add_argument("--sink", default="")
-    parser.add_argument("--jobs", type=int, default=1000)
-    parser.add_argument("--mode", choices=["one", "bulk"], default="one")
-    parser.add_argument("--task", choices=["noop", "io20"], default="noop")
-    parser.add_argument("--sent", action="store_true")
-    parser.add_argument("--spacing", type=float, default=20.0)
-    parser.add_argument("--concurrency", default="default")
-    args = parser.parse_args()
+    args = contract.parse_args(__doc__)
     if args.role == "describe":
         emit(
             {

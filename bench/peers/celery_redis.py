@@ -21,6 +21,7 @@ import sys
 import time
 
 import celery
+import contract
 import sink
 from celery import Celery
 from celery.signals import worker_ready
@@ -111,17 +112,7 @@ def describe() -> dict[str, object]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("role", choices=["setup", "enqueue", "latency", "worker", "describe"])
-    p.add_argument("--broker", default=os.environ.get("PEER_BROKER", ""))
-    p.add_argument("--sink", default="")
-    p.add_argument("--jobs", type=int, default=1000)
-    p.add_argument("--mode", choices=["one", "bulk"], default="one")
-    p.add_argument("--task", choices=["noop", "io20"], default="noop")
-    p.add_argument("--sent", action="store_true")
-    p.add_argument("--spacing", type=float, default=10.0)
-    p.add_argument("--concurrency", default="default")
-    args = p.parse_args()
+    args = contract.parse_args(__doc__)
     os.environ["PEER_BROKER"] = args.broker
     app.conf.broker_url = args.broker
     if args.role == "worker":

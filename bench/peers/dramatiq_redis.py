@@ -23,6 +23,7 @@ import threading
 import time
 from importlib.metadata import version
 
+import contract
 import dramatiq
 import sink
 from dramatiq.brokers.redis import RedisBroker
@@ -119,17 +120,7 @@ def describe() -> dict[str, object]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("role", choices=["setup", "enqueue", "latency", "worker", "describe"])
-    p.add_argument("--broker", default=os.environ.get("PEER_BROKER", ""))
-    p.add_argument("--sink", default="")
-    p.add_argument("--jobs", type=int, default=1000)
-    p.add_argument("--mode", choices=["one", "bulk"], default="one")
-    p.add_argument("--task", choices=["noop", "io20"], default="noop")
-    p.add_argument("--sent", action="store_true")
-    p.add_argument("--spacing", type=float, default=10.0)
-    p.add_argument("--concurrency", default="default")
-    args = p.parse_args()
+    args = contract.parse_args(__doc__)
     if args.role == "worker":
         worker(args)
         return

@@ -17,6 +17,7 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
+import contract
 import sink
 
 from sluicegate import App
@@ -101,17 +102,7 @@ def latency(args: argparse.Namespace) -> None:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("role", choices=["setup", "enqueue", "latency", "worker", "describe"])
-    parser.add_argument("--broker", default="")
-    parser.add_argument("--sink", default="")
-    parser.add_argument("--jobs", type=int, default=1000)
-    parser.add_argument("--mode", choices=["one", "bulk"], default="one")
-    parser.add_argument("--task", choices=["noop", "io20"], default="noop")
-    parser.add_argument("--sent", action="store_true")
-    parser.add_argument("--spacing", type=float, default=20.0)
-    parser.add_argument("--concurrency", default="default")
-    return parser.parse_args(argv)
+    return contract.parse_args(__doc__, argv)
 
 
 def main(system: str, argv: list[str] | None = None) -> None:
