@@ -10,8 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,29 +18,12 @@ from sluicegate import App, Job, JobState
 from sluicegate.brokers import Broker
 from sluicegate.task import Task
 from sluicegate.testing import run_released as run_released  # children released at once
+from support.waiting import wait_for as wait_for
 
 APPS_DIR = Path(__file__).resolve().parent
 T = TypeVar("T")
 
 STATES = ("scheduled", "ready", "claimed", "running", "succeeded", "dead", "cancelled")
-
-
-def wait_for(
-    predicate: Callable[[], T],
-    timeout: float = 30.0,
-    interval: float = 0.02,
-    what: str | Callable[[], str] = "condition",
-) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            detail = what() if callable(what) else what
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {detail}")
-        time.sleep(interval)
 
 
 def sqlite_url(path: Path) -> str:
