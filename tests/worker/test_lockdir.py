@@ -352,24 +352,31 @@ from sluicegate.worker.lockdir import LockDir
 LockDir(sys.argv[1], sys.argv[2]).register()
 child = os.fork()
 if child == 0:
+    # os.fork() returns here only after the at-fork hooks ran: the lock is let go.
+    os.write(1, f"child {os.getpid()}\\n".encode())  # one write: never mixed with the parent's
     time.sleep(600)
     os._exit(0)
-print("registered", child, flush=True)
+os.write(1, f"parent {child}\\n".encode())
 time.sleep(600)
 """
 
 
 def test_a_forked_child_does_not_keep_its_parents_lock(folder: Path) -> None:
     """A task that forks without exec (multiprocessing's "fork" start method) leaves a
-    child sharing the worker's open files: the child lets go of the lock at once."""
+    child sharing the worker's open files: the child lets go of the lock before its own
+    code runs. (Between the fork and the child's first instructions the child still
+    shares it; a worker dying in that instant is seen at the watch's next look.) So the
+    test waits for the child's word, printed after ``os.fork()`` returned in it, not only
+    the parent's: on a busy machine the child may not have run at all yet."""
     proc = subprocess.Popen(
         [sys.executable, "-c", FORKING_HOLDER, str(folder), "w-forking"],
         stdout=subprocess.PIPE,
         text=True,
     )
     assert proc.stdout is not None
-    word, child = proc.stdout.readline().split()
-    assert word == "registered"
+    said = dict(proc.stdout.readline().split() for _ in range(2))
+    assert said.keys() == {"parent", "child"} and said["parent"] == said["child"]
+    child = int(said["child"])
     me = LockDir(str(folder), "w-me")
     me.register()
     try:
@@ -381,7 +388,7 @@ def test_a_forked_child_does_not_keep_its_parents_lock(folder: Path) -> None:
         assert gone.worker_id == "w-forking"
         gone.bury()
     finally:
-        os.kill(int(child), signal.SIGKILL)
+        os.kill(child, signal.SIGKILL)
         proc.stdout.close()
         me.close()
 
