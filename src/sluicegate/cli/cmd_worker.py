@@ -18,6 +18,7 @@ from ..worker.health import STALL_AFTER
 from ..worker.pool import DEFAULT_POOL, SPEC_FORMAT
 from ..worker.routing import model_mismatch, pools_for
 from ..worker.services.registry import PUBLISH_INTERVAL
+from ..worker.startup import open_broker
 from .common import (
     broker_option,
     friendly_errors,
@@ -155,7 +156,8 @@ def worker(
     if (problem := number_problem(shutdown_timeout, 0)) is not None:
         raise ConfigError(f"--shutdown-timeout {problem}")
     configure_logging(log_level, log_format)
-    open_app(broker_url or group_broker() or settings.broker, app)
+    open_app(broker_url or group_broker() or settings.broker, app, open_now=False)
+    open_broker(app)  # a write lock held elsewhere at start is waited out, not fatal
     retention = (
         None
         if no_prune
