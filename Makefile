@@ -4,7 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-chaos check lint format bench compare chaos browser screenshots clean
+.PHONY: demo test test-fast test-chaos check lint format bench compare chaos browser screenshots clean
+
+# The suite runs in parallel (pytest-xdist): its tests mostly wait on worker processes,
+# leases and PostgreSQL, so more test processes than cores pay (tests/README.md has the
+# figures). worksteal: an idle test process takes work queued for a busy one, so one
+# long test does not leave the others' queues waiting behind it.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist worksteal
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +28,16 @@ check: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Everything: lint and types, then the whole suite (chaos and browser tests included),
+# with the 25 slowest tests listed at the end.
 test: check
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) --durations=25
+
+# The inner loop, run on every commit: unit tests, the conformance suite on the memory
+# and SQLite brokers, and the CLI. Under 90 s.
+test-fast: $(STAMP)
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not slow" -k "not postgresql" \
+		tests/unit tests/cli tests/brokers/test_conformance.py
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests bench chaos examples docs/screenshots.py
@@ -44,10 +59,10 @@ CHAOS_SEED ?=
 chaos: $(STAMP)
 	$(BIN)/python chaos/soak.py --minutes $(CHAOS_MINUTES) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) --out chaos-report.txt
 
-# The chaos tests alone (tests/chaos, both brokers), two at a time: most of their time is
-# spent waiting out leases, outages and restarts. About 5 minutes on 2 cores.
+# The chaos tests alone (tests/chaos, both brokers), in parallel: most of their time is
+# spent waiting out leases, outages and restarts.
 test-chaos: $(STAMP)
-	$(BIN)/pytest -q -n 2 tests/chaos
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) tests/chaos
 
 # The dashboard's browser tests drive Debian's Chromium through Playwright (never a browser
 # downloaded at test time). Without it they are skipped with the reason, except in CI.

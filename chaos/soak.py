@@ -164,7 +164,7 @@ class Soak:
         from sg_harness import WorkerProcess
         from tcpproxy import TcpProxy
 
-        import pgserver
+        from support import pg as pgserver
 
         self.args = args
         self.rng = random.Random(args.seed)
@@ -647,7 +647,7 @@ def main() -> int:
         )
         return 0
 
-    import pgserver
+    from support import pg as pgserver
 
     bindir = pgserver.find_binaries()
     if bindir is None:

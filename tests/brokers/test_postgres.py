@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from sg_harness import run_released
+from sg_harness import run_released, wait_for
 
-from pgserver import generic_plan
+from support.pg import generic_plan
 from sluicegate.brokers.base import Retention
 from sluicegate.codec import encode_payload
 from sluicegate.errors import BrokerUnavailable, ConfigError, LeaseLost
@@ -42,6 +42,12 @@ def spec(queue: str = "q", args: list[Any] | None = None, **options: Any) -> Job
 
 def schema_of(url: str) -> str:
     return url.rsplit("schema=", 1)[1].split("&")[0]
+
+
+def _blocked_by(sql: Any, pid: int) -> bool:
+    """Whether some session of the server waits for a lock that session ``pid`` holds."""
+    query = "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
+    return bool(sql.execute(query, (pid,)).fetchone()[0])
 
 
 @pytest.fixture
@@ -75,6 +81,11 @@ def sql(pg_dsn: str) -> Iterator[Any]:
 
 # ---- migrations ---------------------------------------------------------------------------
 class TestMigrations:
+    @pytest.fixture
+    def pg_url(self, pg_fresh_url: str) -> str:
+        """Migration itself: a schema that does not exist yet, not a lent migrated one."""
+        return pg_fresh_url
+
     def test_a_migrated_schema_has_its_version_table(
         self, pg_url: str, open_pg: Any, sql: Any
     ) -> None:
@@ -190,7 +201,7 @@ class TestUrls:
             PostgresBroker(pg_url + extra)
 
     def test_a_reserved_word_is_a_usable_schema(self, pg_dsn: str) -> None:
-        import pgserver
+        from support import pg as pgserver
         from sluicegate.brokers.postgres import PostgresBroker
 
         sep = "&" if "?" in pg_dsn else "?"
@@ -462,7 +473,7 @@ class TestAckOn:
         with broker.transaction() as conn:
             conn.execute("SELECT 1")  # the transaction (and its now()) begins here
             began = broker.get_job(job.id).enqueued_at  # type: ignore[union-attr]
-            time.sleep(0.3)  # the task's body
+            time.sleep(0.3)  # the task's body: its duration is what finished_at must show
             broker.ack_on(conn, claim, "null")
         done = broker.get_job(job.id)
         assert done is not None and done.finished_at is not None
@@ -624,15 +635,22 @@ class TestUnknownFate:
         # A plain ack ended it: fencing as usual.
         assert pg.record([other], []) == [other] and pg.heartbeat([other], LEASE) == [other]
 
-    def test_a_start_waiting_on_the_transactions_row_lock(self, pg: PostgresBroker) -> None:
+    def test_a_start_waiting_on_the_transactions_row_lock(
+        self, pg: PostgresBroker, sql: Any
+    ) -> None:
         pg.enqueue([spec()])
         claim = pg.claim(["q"], 1, LEASE, "w")[0].claim
         lost: list[list[Claim]] = []
         with pg.transaction() as conn:
             pg.ack_on(conn, claim, '"tx"')  # the row stays locked until the commit
+            holder = conn.info.backend_pid
             start = threading.Thread(target=lambda: lost.append(pg.record([claim], [])))
             start.start()
-            time.sleep(0.2)
+            # The server's word that the start waits for this transaction's lock.
+            wait_for(
+                lambda: _blocked_by(sql, holder) or not start.is_alive(),
+                what="the start to wait on the row lock",
+            )
             assert start.is_alive(), "the start should wait for the task's transaction"
         start.join(10)
         assert lost == [[]]

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pgserver import generic_plan
+from support.pg import generic_plan
+from support.waiting import wait_for
 from sluicegate.brokers.base import Broker
 from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.codec import encode_payload
@@ -419,20 +420,21 @@ class TestStorage:
         from sluicegate.brokers.postgres import PostgresBroker
 
         other = PostgresBroker(pg_url, clock=clock)
-        woke = threading.Event()
-        unsubscribe = other.subscribe(woke.set)
+        wakes: list[None] = []
+        unsubscribe = other.subscribe(lambda: wakes.append(None))
         try:
-            pg.enqueue([spec(storage())])
-            assert woke.wait(5)  # the enqueue's own wake-up
+            # LISTEN in place, its own first wake-up fired: from here on a wake-up comes
+            # from a commit's NOTIFY, so each step below is known by its own.
+            wait_for(other._listener.listening.is_set, timeout=5, what="LISTEN in place")
             for change in (
+                lambda: pg.enqueue([spec(storage())]),  # the enqueue's own wake-up
                 lambda: pg.register_limits([Limit("storage", concurrency=1)]),
                 lambda: pg.set_limit(Limit("storage", concurrency=2)),
                 lambda: pg.reset_limit("storage"),
             ):
-                time.sleep(0.1)
-                woke.clear()
+                before = len(wakes)
                 change()
-                assert woke.wait(5)
+                wait_for(lambda b=before: len(wakes) > b, timeout=5, what="a wake-up")
         finally:
             unsubscribe()
             other.close()
@@ -516,7 +518,7 @@ class TestConcurrentClaimers:
                     with count_lock:
                         in_use += len(limited)
                         most = max(most, in_use)
-                    time.sleep(0.002 if got else 0.01)
+                    time.sleep(0.002 if got else 0.01)  # the jobs' bodies, or an idle pause
                     with count_lock:  # before the ack: never counted below the truth
                         in_use -= len(limited)
                     ack_all(broker, got)
@@ -535,7 +537,7 @@ class TestConcurrentClaimers:
                         "WHERE state IN ('claimed', 'running') AND limits IS NOT NULL"
                     ).fetchone()
                     seen_by_db.append(row[0])
-                    time.sleep(0.001)
+                    time.sleep(0.001)  # the monitor's sampling interval
 
         threads = [threading.Thread(target=claimer, args=(k,)) for k in range(self.CLAIMERS)]
         watcher = threading.Thread(target=monitor)

@@ -11,6 +11,8 @@ queue of its own); one test runs the retry on PostgreSQL."""
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,30 +274,33 @@ def test_the_overview_follows_a_worker_draining_a_queue(page: Page, site: Site) 
 
 
 def test_on_postgresql_a_dead_job_is_retried_from_the_dead_page(page: Page, tmp_path: Path) -> None:
-    with broker_url("postgresql", tmp_path) as url:
-        app = App(broker=url, config=False)
-        app.broker.stats()  # the schema exists before the processes open it
-        fleet = Fleet(url, tmp_path)
-        server = DashboardProcess(url, tmp_path)
-        try:
-            fleet.start(["repair=repair:1"], app=APP)
-            base = server.ready().url
-            flag = tmp_path / "flag-pg"
-            job = app.enqueue("repair", args=[str(flag)], queue="repair", max_attempts=1)
-            wait_state(app, job, "dead")
+    url = broker_url("postgresql", tmp_path)  # given back when the test ends
+    # A short path: the dead page's cell cuts a long error, and the test folder's path
+    # grows with the runner's (pytest-xdist adds popen-gwN/).
+    flag = Path(tempfile.mkdtemp(prefix="sg-")) / "flag-pg"
+    app = App(broker=url, config=False)
+    app.broker.stats()  # the schema exists before the processes open it
+    fleet = Fleet(url, tmp_path)
+    server = DashboardProcess(url, tmp_path)
+    try:
+        fleet.start(["repair=repair:1"], app=APP)
+        base = server.ready().url
+        job = app.enqueue("repair", args=[str(flag)], queue="repair", max_attempts=1)
+        wait_state(app, job, "dead")
 
-            page.goto(base + "/dead")
-            expect(page.get_by_test_id("broker-url")).to_contain_text("postgresql://")
-            row = page.locator(f'[data-testid="job-row"][data-job-id="{job.id}"]')
-            expect(row).to_contain_text("flag-pg is missing")
-            flag.touch()
-            row.get_by_test_id("job-retry").click()
-            expect(page.get_by_test_id("flash")).to_have_text(f"job {job.id} is ready again")
-            expect(row).to_have_count(0)
-            page.goto(f"{base}/jobs/{job.id}")
-            expect(page.get_by_test_id("job-state")).to_have_attribute("data-state", "succeeded")
-            wait_state(app, job, "succeeded")
-        finally:
-            server.stop()
-            fleet.close()
-            app.close()
+        page.goto(base + "/dead")
+        expect(page.get_by_test_id("broker-url")).to_contain_text("postgresql://")
+        row = page.locator(f'[data-testid="job-row"][data-job-id="{job.id}"]')
+        expect(row).to_contain_text("flag-pg is missing")
+        flag.touch()
+        row.get_by_test_id("job-retry").click()
+        expect(page.get_by_test_id("flash")).to_have_text(f"job {job.id} is ready again")
+        expect(row).to_have_count(0)
+        page.goto(f"{base}/jobs/{job.id}")
+        expect(page.get_by_test_id("job-state")).to_have_attribute("data-state", "succeeded")
+        wait_state(app, job, "succeeded")
+    finally:
+        server.stop()
+        fleet.close()
+        app.close()
+        shutil.rmtree(flag.parent, ignore_errors=True)

@@ -27,7 +27,7 @@ from sg_brokers import rewrite
 from sg_harness import Fleet, stop_all, wait_for
 from tcpproxy import TcpProxy
 
-import pgserver
+from support import pg as pgserver
 from sluicegate import App, BrokerUnavailable, EnqueueFateUnknown, Job, JobState
 
 WORKERS = 4

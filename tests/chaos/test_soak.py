@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import pgserver
+from support import pg as pgserver
 
 SOAK = Path(__file__).resolve().parents[2] / "chaos" / "soak.py"
 

@@ -15,7 +15,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +57,10 @@ class BrokerKind:
     ``url(tmp_path)`` names the storage; opening the same URL again gives another handle
     on the same jobs when ``shared`` is true (every durable broker). ``multiprocess``:
     separate OS processes may open that URL at once (through ``broker_from_url``, so the
-    broker's scheme must be registered in ``sluicegate.brokers.BROKERS``).
+    broker's scheme must be registered in ``sluicegate.brokers.BROKERS``). ``done(url)``
+    says a test is finished with storage it named (every handle closed): a property test
+    that names new storage per example calls it after each, so a kind that hands out
+    prepared storage (an emptied, already migrated schema) can hand the same one out next.
     """
 
     name: str
@@ -65,6 +68,7 @@ class BrokerKind:
     open: Callable[[str, Callable[[], float]], Broker]
     shared: bool
     multiprocess: bool
+    done: Callable[[str], None] = field(default=lambda url: None)
 
 
 def run_released(script: str, argvs: Sequence[Sequence[str]], timeout: float = 60) -> list[Any]:

@@ -123,7 +123,8 @@ def test_behaves_like_the_reference_broker(
     folder.mkdir()
     clock.now = EXAMPLE_START  # the fixture outlives one example
     reference = MemoryBroker(clock=clock)
-    tested = broker_kind.open(broker_kind.url(folder), clock)
+    url = broker_kind.url(folder)
+    tested = broker_kind.open(url, clock)
     try:
         ref_claims: list[Claim] = []
         tested_claims: list[Claim] = []
@@ -137,6 +138,7 @@ def test_behaves_like_the_reference_broker(
     finally:
         tested.close()
         reference.close()
+        broker_kind.done(url)
 
 
 __all__ = suite(globals())

@@ -351,7 +351,8 @@ def test_stats_match_a_count_of_every_job(
     however the settled counts were reached."""
     folder = tmp_path / f"example-{len(list(tmp_path.iterdir()))}"
     folder.mkdir()
-    broker = broker_kind.open(broker_kind.url(folder), clock)
+    url = broker_kind.url(folder)
+    broker = broker_kind.open(url, clock)
     saved = base.SETTLE_AT, base.SETTLE_STEP
     try:
         for op in ops:
@@ -361,6 +362,7 @@ def test_stats_match_a_count_of_every_job(
     finally:
         base.SETTLE_AT, base.SETTLE_STEP = saved
         broker.close()
+        broker_kind.done(url)
 
 
 # ---- listings -----------------------------------------------------------------------------

@@ -3,13 +3,20 @@
 Order: ``SLUICEGATE_TEST_POSTGRES`` (a DSN) when set; else a throwaway cluster made with
 initdb/pg_ctl found on PATH or under /usr/lib/postgresql/*/bin; else None with a reason.
 With ``SLUICEGATE_REQUIRE_POSTGRES=1`` (CI), having no server is an error, not a skip.
-Each test gets its own schema (``fresh_url``), dropped afterwards. A test that restarts
-its server makes a ``Cluster`` of its own.
+
+Schemas: ``lend()`` gives a test a migrated, empty schema; ``give_back`` truncates it for
+the next test of the same process (each pytest-xdist worker keeps its own few), so a
+schema is migrated once per worker, not once per test. A schema whose structure a test
+changed (a table added, a column altered, its version moved) is dropped instead of
+reused. ``fresh_url()`` makes a schema that does not exist yet, for tests of migration
+itself; drop it with ``drop_schema``. A test that restarts its server makes a
+``Cluster`` of its own.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import glob
 import os
 import re
@@ -145,8 +152,174 @@ def fresh_url(extra: str = "") -> tuple[str, str]:
     if dsn is None:
         raise RuntimeError(why)
     schema = f"t_{uuid.uuid4().hex[:12]}"
+    return _url_of(dsn, schema, extra), schema
+
+
+class SchemaPool:
+    """This process's migrated schemas: lent to one test at a time, truncated between.
+
+    Reset is TRUNCATE ... RESTART IDENTITY of every table but the version table, then the
+    rows the migrations seeded (copied when the schema was made) put back; it is checked
+    by a fingerprint of the schema's tables, columns, indexes and version, which must
+    match the pristine one or the schema is dropped. A reset that cannot take its locks
+    within a few seconds (a connection left inside a transaction) drops the schema too."""
+
+    LOCK_WAIT = "3s"
+
+    def __init__(self) -> None:
+        self._free: list[str] = []
+        self._made = 0
+        self._prefix = f"t{os.getpid()}_{uuid.uuid4().hex[:4]}_"
+        self._pristine: str | None = None  # the fingerprint of a just-migrated schema
+        self._seeds: dict[str, bytes] = {}  # table -> its seeded rows (COPY binary)
+        self._tables: list[str] = []
+        self._all: set[str] = set()
+        self._conn: Any = None  # one autocommit admin connection, kept between tests
+        atexit.register(self.drop_all)
+
+    def _admin(self) -> Any:
+        import psycopg
+
+        if self._conn is None or self._conn.closed:
+            dsn, why = server()
+            if dsn is None:
+                raise RuntimeError(why)
+            self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+        return self._conn
+
+    def lend(self) -> tuple[str, str]:
+        """(broker URL, schema name) of a migrated, empty schema."""
+        dsn, why = server()
+        if dsn is None:
+            raise RuntimeError(why)
+        schema = self._free.pop() if self._free else self._make(dsn)
+        return _url_of(dsn, schema), schema
+
+    def give_back(self, schema: str) -> None:
+        import psycopg
+
+        try:
+            conn = self._admin()
+            if self._fingerprint(conn, schema) != self._pristine:
+                self._drop(conn, schema)
+                return
+            with conn.transaction():
+                conn.execute(self._reset_sql(schema))
+                for table, rows in self._seeds.items():
+                    copying = f"COPY {schema}.{table} FROM STDIN (FORMAT binary)"
+                    with conn.cursor().copy(copying) as copy:
+                        copy.write(rows)
+        except psycopg.Error:  # locks not granted, or the server went: never reuse it
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
+                drop_schema(schema)
+            self._all.discard(schema)
+            return
+        self._free.append(schema)
+
+    def _reset_sql(self, schema: str) -> str:
+        """One round trip. TRUNCATE, not DELETE: it gives the tables new, empty files, so
+        the planner sees what it sees in a new schema (no pages of dead rows; the plan
+        tests depend on it), and RESTART IDENTITY restarts the job ids at 1."""
+        tables = ", ".join(f"{schema}.{table}" for table in self._tables)
+        return ";\n".join(
+            [
+                f"SET LOCAL lock_timeout = '{self.LOCK_WAIT}'",
+                "SET LOCAL synchronous_commit = off",  # a test schema: no need to wait for disk
+                f"TRUNCATE {tables} RESTART IDENTITY",
+            ]
+        )
+
+    def _make(self, dsn: str) -> str:
+        from sluicegate.brokers.postgres import PostgresBroker
+
+        self._made += 1
+        schema = f"{self._prefix}{self._made}"
+        self._all.add(schema)
+        PostgresBroker(_url_of(dsn, schema)).close()  # creates and migrates it
+        if self._pristine is None:
+            self._learn(schema)
+        return schema
+
+    def _learn(self, schema: str) -> None:
+        """From the first schema made: its fingerprint, its tables, the rows seeded."""
+        conn = self._admin()
+        self._pristine = self._fingerprint(conn, schema)
+        listed = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s "
+            "AND tablename <> 'schema_version' ORDER BY tablename",
+            (schema,),
+        )
+        self._tables = [r[0] for r in listed]
+        for table in self._tables:
+            if conn.execute(f"SELECT EXISTS (SELECT FROM {schema}.{table})").fetchone()[0]:
+                buffer = bytearray()
+                with conn.cursor().copy(f"COPY {schema}.{table} TO STDOUT (FORMAT binary)") as copy:
+                    for chunk in copy:
+                        buffer += chunk
+                self._seeds[table] = bytes(buffer)
+
+    @staticmethod
+    def _fingerprint(conn: Any, schema: str) -> str:
+        """The schema's relations (tables, indexes, sequences) with their columns, its
+        functions and its version, as one string with the schema's name taken out."""
+        row = conn.execute(
+            """
+            SELECT
+              (SELECT string_agg(c.relname || ':' || c.relkind::text || '(' || coalesce(
+                   (SELECT string_agg(a.attname || ' ' || a.atttypid::regtype::text
+                                      || CASE WHEN a.attnotnull THEN '!' ELSE '' END
+                                      || CASE WHEN a.atthasdef THEN '=' ELSE '' END,
+                                      ',' ORDER BY a.attnum)
+                      FROM pg_attribute a
+                     WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+                   '') || ')', ';' ORDER BY c.relname)
+                 FROM pg_class c WHERE c.relnamespace = %(s)s::regnamespace),
+              (SELECT string_agg(p.proname, ',' ORDER BY p.proname)
+                 FROM pg_proc p WHERE p.pronamespace = %(s)s::regnamespace)
+            """,
+            {"s": schema},
+        ).fetchone()
+        version = conn.execute(
+            f"SELECT coalesce(string_agg(version::text, ',' ORDER BY version), '') "
+            f"FROM {schema}.schema_version"
+        ).fetchone()
+        return repr((*row, version[0])).replace(schema, "<schema>")
+
+    def _drop(self, conn: Any, schema: str) -> None:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        self._all.discard(schema)
+
+    def drop_all(self) -> None:
+        """Drop every schema this pool made (at the end of the process)."""
+        if not self._all or server.cache_info().currsize == 0:
+            return
+        import psycopg
+
+        with contextlib.suppress(psycopg.Error, RuntimeError):
+            conn = self._admin()
+            for schema in sorted(self._all):
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.close()
+        self._all.clear()
+        self._free.clear()
+
+
+def _url_of(dsn: str, schema: str, extra: str = "") -> str:
     sep = "&" if "?" in dsn else "?"
-    return f"{dsn}{sep}schema={schema}{extra}", schema
+    return f"{dsn}{sep}schema={schema}{extra}"
+
+
+POOL = SchemaPool()
+
+
+def lend() -> tuple[str, str]:
+    """A migrated, empty schema of this process's pool: (URL, schema); ``give_back`` it."""
+    return POOL.lend()
+
+
+def give_back(schema: str) -> None:
+    POOL.give_back(schema)
 
 
 def drop_schema(schema: str) -> None:
