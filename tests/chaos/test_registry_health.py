@@ -1,21 +1,21 @@
 """The worker registry and the health check, with real worker processes and real signals:
 a SIGSTOPped worker turns unhealthy and then lost; a SIGKILLed one is shown as lost; a
 SIGTERMed one as stopped. Read the way an operator would, with `sluicegate workers
---json` and `sluicegate health --worker ID` from another process. SQLite and PostgreSQL."""
+--json` and `sluicegate health --worker ID` (in the test's process, support.cli.run_cli;
+the workers are real processes of their own). SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
-import sg_brokers
 from sg_harness import Fleet, WorkerProcess, wait_for
 
-pytestmark = sg_brokers.over_brokers
+from support.brokers import over_brokers
+from support.cli import Result, run_cli
+
+pytestmark = over_brokers
 
 INTERVAL = 0.2  # s between registry heartbeats
 # s: a worker silent for longer than this is lost. It is "late" from 3 intervals (0.6 s)
@@ -24,15 +24,12 @@ LEASE = 4.0
 EXTRA = ("--publish-interval", str(INTERVAL))
 
 
-def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).parent / "sluicegate"
-    return subprocess.run(
-        [str(script), *args, "--broker", url], capture_output=True, text=True, timeout=60
-    )
+def cli(fleet: Fleet, *args: str) -> Result:
+    return run_cli(*args, "--broker", fleet.url, cwd=fleet.folder)
 
 
-def listed(url: str, worker: WorkerProcess) -> dict[str, Any] | None:
-    out = cli(url, "workers", "--json")
+def listed(fleet: Fleet, worker: WorkerProcess) -> dict[str, Any] | None:
+    out = cli(fleet, "workers", "--json")
     assert out.returncode == 0, out.stderr
     rows = [w for w in json.loads(out.stdout) if w["pid"] == worker.pid]
     return rows[0] if rows else None
@@ -41,14 +38,14 @@ def listed(url: str, worker: WorkerProcess) -> dict[str, Any] | None:
 def start(fleet: Fleet) -> tuple[WorkerProcess, dict[str, Any]]:
     worker = fleet.start(["chaos=chaos:2"], lease=LEASE, extra=EXTRA)
     row = wait_for(
-        lambda: (r := listed(fleet.url, worker)) and r["status"] == "live" and r["healthy"] and r,
+        lambda: (r := listed(fleet, worker)) and r["status"] == "live" and r["healthy"] and r,
         timeout=30,
         interval=0.1,
         what=lambda: f"worker {worker.pid} live and healthy:\n{fleet.logs()}",
     )
     assert row["pools"] == [{"name": "chaos", "slots": 2, "busy": 0, "model": "thread"}]
     assert row["host"] and row["version"]
-    healthy = cli(fleet.url, "health", "--worker", row["id"])
+    healthy = cli(fleet, "health", "--worker", row["id"])
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
     assert "healthy" in healthy.stdout
     return worker, row
@@ -56,7 +53,7 @@ def start(fleet: Fleet) -> tuple[WorkerProcess, dict[str, Any]]:
 
 def status_becomes(fleet: Fleet, worker: WorkerProcess, status: str) -> dict[str, Any]:
     return wait_for(
-        lambda: (r := listed(fleet.url, worker)) and r["status"] == status and r,
+        lambda: (r := listed(fleet, worker)) and r["status"] == status and r,
         timeout=30,
         interval=0.1,
         what=f"worker {worker.pid} to be {status}",
@@ -69,7 +66,7 @@ def test_a_stopped_process_turns_unhealthy_then_lost(fleet: Fleet) -> None:
     try:
         late = status_becomes(fleet, worker, "late")
         assert late["healthy"] is False
-        verdict = cli(fleet.url, "health", "--worker", row["id"])
+        verdict = cli(fleet, "health", "--worker", row["id"])
         assert verdict.returncode == 1
         assert "unhealthy" in verdict.stdout and "heartbeat" in verdict.stdout
         lost = status_becomes(fleet, worker, "lost")
@@ -85,10 +82,10 @@ def test_a_killed_process_is_shown_lost(fleet: Fleet) -> None:
     worker.kill()
     lost = status_becomes(fleet, worker, "lost")
     assert lost["healthy"] is False and lost["id"] == row["id"]
-    assert cli(fleet.url, "health", "--worker", row["id"]).returncode == 1
-    table = cli(fleet.url, "workers")
+    assert cli(fleet, "health", "--worker", row["id"]).returncode == 1
+    table = cli(fleet, "workers")
     assert table.returncode == 0 and "lost" in table.stdout
-    recent = cli(fleet.url, "workers", "--json", "--gone-within", "1")
+    recent = cli(fleet, "workers", "--json", "--gone-within", "1")
     assert [w for w in json.loads(recent.stdout) if w["pid"] == worker.pid] == []
 
 
@@ -98,5 +95,5 @@ def test_a_terminated_process_is_shown_stopped(fleet: Fleet) -> None:
     assert worker.wait() == 0
     stopped = status_becomes(fleet, worker, "stopped")
     assert stopped["healthy"] is False
-    verdict = cli(fleet.url, "health", "--worker", row["id"][:12])  # a unique prefix will do
+    verdict = cli(fleet, "health", "--worker", row["id"][:12])  # a unique prefix will do
     assert verdict.returncode == 1 and "stopped" in verdict.stdout

@@ -1,17 +1,16 @@
-"""Bad input at the command line, as users type it (real subprocesses on a SQLite file):
+"""Bad input at the command line, as users type it (in process, on a SQLite file):
 each gets one clear line on stderr from sluicegate's own errors and an exit status, never
 a traceback, and changes nothing; the few documented outcomes (a negative delay) hold."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from support.cli import Result, run_cli
 
 APP_SOURCE = textwrap.dedent(
     """
@@ -32,19 +31,7 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "SLUICEGATE_BROKER"}
-    return subprocess.run(
-        [sys.executable, "-m", "sluicegate.cli", *args],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def one_line(result: subprocess.CompletedProcess[str], code: int, expected: str) -> None:
+def one_line(result: Result, code: int, expected: str) -> None:
     """The command failed with ``code`` and said ``expected`` on one stderr line."""
     assert result.returncode == code, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
@@ -52,7 +39,9 @@ def one_line(result: subprocess.CompletedProcess[str], code: int, expected: str)
 
 
 def listed(workdir: Path) -> list[dict[str, object]]:
-    jobs: list[dict[str, object]] = json.loads(run(workdir, "jobs", "list", "--json").stdout)
+    jobs: list[dict[str, object]] = json.loads(
+        run_cli("jobs", "list", "--json", cwd=workdir).stdout
+    )
     return jobs
 
 
@@ -60,13 +49,16 @@ NOT_AN_ID = "a job id is an integer or its decimal text"
 
 
 def test_job_ids_that_are_not_integers(workdir: Path) -> None:
-    assert run(workdir, "enqueue", "t").returncode == 0
+    assert run_cli("enqueue", "t", cwd=workdir).returncode == 0
     for bad in ("abc", "5.5", "", "1e3"):
-        one_line(run(workdir, "jobs", "show", bad), 1, f"no job has id {bad!r}: {NOT_AN_ID}")
-    one_line(run(workdir, "jobs", "retry", "x1"), 1, f"no job has id 'x1': {NOT_AN_ID}")
-    one_line(run(workdir, "jobs", "cancel", "1.0"), 1, f"no job has id '1.0': {NOT_AN_ID}")
-    one_line(run(workdir, "jobs", "show", str(10**30)), 1, f"job {10**30} not found")
-    shown = run(workdir, "jobs", "show", " 1 ", "--json")  # its decimal text, spaces and all
+        one_line(
+            run_cli("jobs", "show", bad, cwd=workdir), 1, f"no job has id {bad!r}: {NOT_AN_ID}"
+        )
+    one_line(run_cli("jobs", "retry", "x1", cwd=workdir), 1, f"no job has id 'x1': {NOT_AN_ID}")
+    one_line(run_cli("jobs", "cancel", "1.0", cwd=workdir), 1, f"no job has id '1.0': {NOT_AN_ID}")
+    one_line(run_cli("jobs", "show", str(10**30), cwd=workdir), 1, f"job {10**30} not found")
+    # its decimal text, spaces and all
+    shown = run_cli("jobs", "show", " 1 ", "--json", cwd=workdir)
     assert shown.returncode == 0 and json.loads(shown.stdout)["state"] == "ready"
 
 
@@ -86,7 +78,7 @@ ENQUEUE_ERRORS = [
 def test_enqueue_refuses_what_no_broker_can_store(
     workdir: Path, options: list[str], expected: str
 ) -> None:
-    result = run(workdir, "enqueue", "t", *options)
+    result = run_cli("enqueue", "t", *options, cwd=workdir)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     [line] = result.stderr.splitlines()
     assert line.startswith(f"sluicegate: {expected}"), line
@@ -94,7 +86,7 @@ def test_enqueue_refuses_what_no_broker_can_store(
 
 
 def test_a_negative_delay_is_no_delay(workdir: Path) -> None:
-    result = run(workdir, "enqueue", "t", "--delay", "-5")
+    result = run_cli("enqueue", "t", "--delay", "-5", cwd=workdir)
     assert result.returncode == 0, result.stderr
     [job] = listed(workdir)
     assert job["state"] == "ready"
@@ -113,16 +105,21 @@ WORKER_ERRORS = [
 def test_worker_refuses_absurd_pools_and_leases(
     workdir: Path, options: list[str], expected: str
 ) -> None:
-    assert run(workdir, "enqueue", "t").returncode == 0
-    one_line(run(workdir, "worker", "myapp:app", "--burst", *options), 2, expected)
+    assert run_cli("enqueue", "t", cwd=workdir).returncode == 0
+    one_line(run_cli("worker", "myapp:app", "--burst", *options, cwd=workdir), 2, expected)
     [job] = listed(workdir)
     assert job["state"] == "ready"  # nothing ran, nothing was claimed
 
 
 def test_worker_runs_at_the_edges_of_the_lease_range(workdir: Path) -> None:
-    assert run(workdir, "enqueue", "t", "--args", "[1, 2]", "--app", "myapp:app").returncode == 0
+    assert (
+        run_cli("enqueue", "t", "--args", "[1, 2]", "--app", "myapp:app", cwd=workdir).returncode
+        == 0
+    )
     for lease in ("0.5", "86400"):
-        result = run(workdir, "worker", "myapp:app", "--pool", "q=q:1", "--lease", lease, "--burst")
+        result = run_cli(
+            "worker", "myapp:app", "--pool", "q=q:1", "--lease", lease, "--burst", cwd=workdir
+        )
         assert result.returncode == 0, result.stderr
     [job] = listed(workdir)
     assert (job["state"], job["result"], job["attempts"]) == ("succeeded", 2, 1)

@@ -1,15 +1,17 @@
-"""The CLI as users run it: real subprocesses, real SQLite files, exit codes and stderr."""
+"""The CLI as users run it: real SQLite files, exit codes and stderr. In process (through
+support.cli.run_cli), except the smoke tests that need a real process: the exit status of
+a failing command, ``--help`` through the installed script, SLUICEGATE_BROKER read from
+the real environment."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from support.cli import run_cli, run_cli_process
 
 APP_SOURCE = textwrap.dedent(
     """
@@ -30,49 +32,34 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run(
-    workdir: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("SLUICEGATE_BROKER", None) if env is None else None
-    return subprocess.run(
-        [sys.executable, "-m", "sluicegate.cli", *args],
-        cwd=workdir,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_enqueue_defaults_to_sqlite_file_in_current_folder(workdir: Path) -> None:
-    result = run(workdir, "enqueue", "send_reset", "--args", "[42]")
+    result = run_cli("enqueue", "send_reset", "--args", "[42]", cwd=workdir)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "1"
     assert (workdir / "sluicegate.db").exists()
-    shown = json.loads(run(workdir, "jobs", "show", "1", "--json").stdout)
+    shown = json.loads(run_cli("jobs", "show", "1", "--json", cwd=workdir).stdout)
     assert shown["queue"] == "default"  # without --app: --queue or default
     assert shown["args"] == [42]
     assert shown["state"] == "ready"
 
 
 def test_enqueue_with_app_applies_task_options(workdir: Path) -> None:
-    result = run(workdir, "enqueue", "send_reset", "--args", "[7]", "--app", "myapp:app")
+    result = run_cli("enqueue", "send_reset", "--args", "[7]", "--app", "myapp:app", cwd=workdir)
     assert result.returncode == 0, result.stderr
-    shown = json.loads(run(workdir, "jobs", "show", result.stdout.strip(), "--json").stdout)
+    shown = json.loads(run_cli("jobs", "show", result.stdout.strip(), "--json", cwd=workdir).stdout)
     assert (shown["queue"], shown["max_attempts"], shown["priority"]) == ("email", 5, 3)
 
 
 def test_enqueue_with_app_applies_the_settings_file_of_the_folder(workdir: Path) -> None:
     (workdir / "sluicegate.toml").write_text('[tasks.send_reset]\nqueue = "other"\n')
-    result = run(workdir, "enqueue", "send_reset", "--app", "myapp:app")
+    result = run_cli("enqueue", "send_reset", "--app", "myapp:app", cwd=workdir)
     assert result.returncode == 0, result.stderr
-    shown = json.loads(run(workdir, "jobs", "show", result.stdout.strip(), "--json").stdout)
+    shown = json.loads(run_cli("jobs", "show", result.stdout.strip(), "--json", cwd=workdir).stdout)
     assert (shown["queue"], shown["max_attempts"]) == ("other", 5)
     # Without --app there are no tasks for [tasks.NAME] to name: the file is not read.
-    bare = run(workdir, "enqueue", "send_reset")
+    bare = run_cli("enqueue", "send_reset", cwd=workdir)
     assert bare.returncode == 0, bare.stderr
-    shown = json.loads(run(workdir, "jobs", "show", bare.stdout.strip(), "--json").stdout)
+    shown = json.loads(run_cli("jobs", "show", bare.stdout.strip(), "--json", cwd=workdir).stdout)
     assert shown["queue"] == "default"
 
 
@@ -91,11 +78,11 @@ def test_enqueue_options_and_unique_key(workdir: Path) -> None:
         "--unique-key",
         "report-mon",
     ]
-    first = run(workdir, *args)
-    second = run(workdir, *args)
+    first = run_cli(*args, cwd=workdir)
+    second = run_cli(*args, cwd=workdir)
     assert first.returncode == second.returncode == 0
     assert first.stdout == second.stdout  # same unfinished job returned
-    shown = json.loads(run(workdir, "jobs", "show", first.stdout.strip(), "--json").stdout)
+    shown = json.loads(run_cli("jobs", "show", first.stdout.strip(), "--json", cwd=workdir).stdout)
     assert shown["state"] == "scheduled"
     assert shown["kwargs"] == {"day": "mon"}
     assert shown["priority"] == -1
@@ -103,17 +90,19 @@ def test_enqueue_options_and_unique_key(workdir: Path) -> None:
 
 def test_broker_env_and_flag(workdir: Path, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/other.db"
-    assert run(workdir, "enqueue", "t", env={"SLUICEGATE_BROKER": url}).returncode == 0
-    stats = json.loads(run(workdir, "stats", "--json", "--broker", url).stdout)
+    # A real process reads SLUICEGATE_BROKER from its real environment (smoke test).
+    enqueued = run_cli_process("enqueue", "t", cwd=workdir, env={"SLUICEGATE_BROKER": url})
+    assert enqueued.returncode == 0
+    stats = json.loads(run_cli("stats", "--json", "--broker", url, cwd=workdir).stdout)
     assert stats["queues"]["default"]["ready"] == 1
-    stats = json.loads(run(workdir, "--broker", url, "stats", "--json").stdout)
+    stats = json.loads(run_cli("--broker", url, "stats", "--json", cwd=workdir).stdout)
     assert stats["queues"]["default"]["ready"] == 1
     assert not (workdir / "sluicegate.db").exists()
 
 
 def test_stats_json_shape(workdir: Path) -> None:
-    run(workdir, "enqueue", "send_reset", "--queue", "email")
-    data = json.loads(run(workdir, "stats", "--json").stdout)
+    run_cli("enqueue", "send_reset", "--queue", "email", cwd=workdir)
+    data = json.loads(run_cli("stats", "--json", cwd=workdir).stdout)
     # The keys stats has always printed are kept; the cluster view adds the rest.
     assert set(data) == {"queues", "pools", "workers", "tasks", "limits", "hosts", "paused_queues"}
     assert set(data["queues"]["email"]) == {
@@ -141,22 +130,22 @@ def test_stats_json_shape(workdir: Path) -> None:
 
 def test_jobs_list_filters_and_json(workdir: Path) -> None:
     for queue in ("a", "b", "b"):
-        run(workdir, "enqueue", "t", "--queue", queue)
-    listed = json.loads(run(workdir, "jobs", "list", "--queue", "b", "--json").stdout)
+        run_cli("enqueue", "t", "--queue", queue, cwd=workdir)
+    listed = json.loads(run_cli("jobs", "list", "--queue", "b", "--json", cwd=workdir).stdout)
     assert [j["queue"] for j in listed] == ["b", "b"]
     assert [j["id"] for j in listed] == [3, 2]  # newest first
-    limited = json.loads(run(workdir, "jobs", "list", "--limit", "1", "--json").stdout)
+    limited = json.loads(run_cli("jobs", "list", "--limit", "1", "--json", cwd=workdir).stdout)
     assert len(limited) == 1
-    table = run(workdir, "jobs", "list", "--state", "ready")
+    table = run_cli("jobs", "list", "--state", "ready", cwd=workdir)
     assert table.returncode == 0 and "ready" in table.stdout
 
 
 def test_jobs_list_by_task_unique_key_and_pages(workdir: Path) -> None:
     for task, key in (("a", None), ("b", "k"), ("a", None), ("b", None), ("a", "k2")):
-        run(workdir, "enqueue", task, *(["--unique-key", key] if key else []))
+        run_cli("enqueue", task, *(["--unique-key", key] if key else []), cwd=workdir)
 
     def ids(*args: str) -> list[int]:
-        result = run(workdir, "jobs", "list", *args, "--json")
+        result = run_cli("jobs", "list", *args, "--json", cwd=workdir)
         assert result.returncode == 0, result.stderr
         return [j["id"] for j in json.loads(result.stdout)]
 
@@ -166,36 +155,36 @@ def test_jobs_list_by_task_unique_key_and_pages(workdir: Path) -> None:
     assert ids("--task", "a", "--limit", "2") == [5, 3]
     assert ids("--task", "a", "--limit", "2", "--before", "3") == [1]
     assert ids("--before", "3", "--state", "ready") == [2, 1]
-    table = run(workdir, "jobs", "list", "--task", "a", "--limit", "2")
+    table = run_cli("jobs", "list", "--task", "a", "--limit", "2", cwd=workdir)
     assert "next page: --before 3" in table.stdout  # a full page says where the next starts
-    assert "next page" not in run(workdir, "jobs", "list", "--task", "a").stdout
-    bad = run(workdir, "jobs", "list", "--before", "x")
+    assert "next page" not in run_cli("jobs", "list", "--task", "a", cwd=workdir).stdout
+    bad = run_cli("jobs", "list", "--before", "x", cwd=workdir)
     assert bad.returncode == 2 and "--before" in bad.stderr
 
 
 def test_jobs_show_prints_the_history(workdir: Path) -> None:
-    run(workdir, "enqueue", "t")
-    assert "history: none off the happy path" in run(workdir, "jobs", "show", "1").stdout
-    run(workdir, "jobs", "cancel", "1")
-    run(workdir, "jobs", "retry", "1")
-    shown = json.loads(run(workdir, "jobs", "show", "1", "--json").stdout)
+    run_cli("enqueue", "t", cwd=workdir)
+    assert "history: none off the happy path" in run_cli("jobs", "show", "1", cwd=workdir).stdout
+    run_cli("jobs", "cancel", "1", cwd=workdir)
+    run_cli("jobs", "retry", "1", cwd=workdir)
+    shown = json.loads(run_cli("jobs", "show", "1", "--json", cwd=workdir).stdout)
     assert [(e["event"], e["from"]) for e in shown["history"]] == [
         ("cancelled", "ready"),
         ("retried", "cancelled"),
     ]
-    text = run(workdir, "jobs", "show", "1").stdout
+    text = run_cli("jobs", "show", "1", cwd=workdir).stdout
     assert "history: 2" in text and '"event": "retried"' in text
 
 
 def test_cancel_records_who_asked(workdir: Path) -> None:
-    run(workdir, "enqueue", "t")
-    run(workdir, "enqueue", "t")
-    assert run(workdir, "jobs", "cancel", "1", "--by", "alice: a duplicate").stdout == (
+    run_cli("enqueue", "t", cwd=workdir)
+    run_cli("enqueue", "t", cwd=workdir)
+    assert run_cli("jobs", "cancel", "1", "--by", "alice: a duplicate", cwd=workdir).stdout == (
         "job 1 is cancelled\n"  # it waited: nothing to stop
     )
-    run(workdir, "jobs", "cancel", "2")
+    run_cli("jobs", "cancel", "2", cwd=workdir)
     first, second = (
-        json.loads(run(workdir, "jobs", "show", job, "--json").stdout)["history"][-1]
+        json.loads(run_cli("jobs", "show", job, "--json", cwd=workdir).stdout)["history"][-1]
         for job in ("1", "2")
     )
     assert (first["event"], first["from"], first["by"]) == (
@@ -204,17 +193,17 @@ def test_cancel_records_who_asked(workdir: Path) -> None:
         "alice: a duplicate",
     )
     assert second["by"].count("@") == 1  # not said: the caller's user@host
-    bad = run(workdir, "jobs", "cancel", "1", "--by", "x" * 201)
+    bad = run_cli("jobs", "cancel", "1", "--by", "x" * 201, cwd=workdir)
     assert bad.returncode == 2 and "invalid cancel 'by'" in bad.stderr
 
 
 def test_cancel_and_retry(workdir: Path) -> None:
-    run(workdir, "enqueue", "t")
-    assert "cancelled" in run(workdir, "jobs", "cancel", "1").stdout
-    again = run(workdir, "jobs", "cancel", "1")
+    run_cli("enqueue", "t", cwd=workdir)
+    assert "cancelled" in run_cli("jobs", "cancel", "1", cwd=workdir).stdout
+    again = run_cli("jobs", "cancel", "1", cwd=workdir)
     assert again.returncode == 1 and "cannot cancel job 1" in again.stderr
-    assert "ready" in run(workdir, "jobs", "retry", "1").stdout
-    refused = run(workdir, "jobs", "retry", "1")
+    assert "ready" in run_cli("jobs", "retry", "1", cwd=workdir).stdout
+    refused = run_cli("jobs", "retry", "1", cwd=workdir)
     assert refused.returncode == 1 and "cannot retry job 1" in refused.stderr
 
 
@@ -227,7 +216,8 @@ def test_cancel_and_retry(workdir: Path) -> None:
     ],
 )
 def test_missing_job_is_a_clear_nonzero_exit(workdir: Path, args: list[str], message: str) -> None:
-    result = run(workdir, *args)
+    # A real process (smoke test): its real exit status, and no traceback on its stderr.
+    result = run_cli_process(*args, cwd=workdir)
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -254,7 +244,7 @@ def test_missing_job_is_a_clear_nonzero_exit(workdir: Path, args: list[str], mes
     ],
 )
 def test_bad_input_is_one_line_exit_2(workdir: Path, args: list[str], message: str) -> None:
-    result = run(workdir, *args)
+    result = run_cli(*args, cwd=workdir)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -266,10 +256,10 @@ def test_payload_over_limit_stores_nothing(workdir: Path) -> None:
         "from sluicegate import App\napp = App(payload_limit=64)\n"
     )
     big = json.dumps(["x" * 100])
-    result = run(workdir, "enqueue", "t", "--args", big, "--app", "smallapp:app")
+    result = run_cli("enqueue", "t", "--args", big, "--app", "smallapp:app", cwd=workdir)
     assert result.returncode == 2
     assert "over the limit" in result.stderr
-    listed = run(workdir, "jobs", "list", "--json")
+    listed = run_cli("jobs", "list", "--json", cwd=workdir)
     assert json.loads(listed.stdout) == []
 
 
@@ -284,25 +274,50 @@ def test_every_command_has_useful_help(workdir: Path) -> None:
         ["stats", "--help"],
         ["demo", "--help"],
     ):
-        result = run(workdir, *args)
+        # The top-level --help through the installed script, a real process (smoke test).
+        run = run_cli_process if args == ["--help"] else run_cli
+        result = run(*args, cwd=workdir)
         assert result.returncode == 0
         assert "--broker" in result.stdout or args[0] in ("jobs", "demo")
 
 
 def test_migrate_and_prune_commands(workdir: Path) -> None:
-    first = run(workdir, "migrate")
+    first = run_cli("migrate", cwd=workdir)
     assert first.returncode == 0 and "applied migration(s): 1" in first.stdout
-    again = run(workdir, "migrate")
+    again = run_cli("migrate", cwd=workdir)
     assert again.returncode == 0 and "up to date" in again.stdout
-    run(workdir, "enqueue", "t")
-    run(workdir, "jobs", "cancel", "1")
-    kept = run(workdir, "prune")
+    run_cli("enqueue", "t", cwd=workdir)
+    run_cli("jobs", "cancel", "1", cwd=workdir)
+    kept = run_cli("prune", cwd=workdir)
     assert kept.returncode == 0 and "pruned 0 job(s)" in kept.stdout
-    gone = run(workdir, "prune", "--keep-cancelled-days", "0")
+    gone = run_cli("prune", "--keep-cancelled-days", "0", cwd=workdir)
     assert "pruned 1 job(s)" in gone.stdout
-    assert json.loads(run(workdir, "jobs", "list", "--json").stdout) == []
-    bad = run(workdir, "prune", "--keep-dead-days", "-1")
+    assert json.loads(run_cli("jobs", "list", "--json", cwd=workdir).stdout) == []
+    bad = run_cli("prune", "--keep-dead-days", "-1", cwd=workdir)
     assert bad.returncode == 2
+
+
+def test_commands_close_the_app_they_opened(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command's broker does not outlive it, however the command ends: run in one
+    process (an embedding, this suite), PostgreSQL connections and their pools' threads
+    used to stay open after every command."""
+    from sluicegate import App
+
+    closed: list[App] = []
+    close = App.close
+
+    def recording(self: App) -> None:
+        closed.append(self)
+        close(self)
+
+    monkeypatch.setattr(App, "close", recording)
+    assert run_cli("enqueue", "t", cwd=workdir).exit_code == 0
+    assert run_cli("jobs", "show", "999", cwd=workdir).exit_code == 1  # a failure: closed too
+    assert run_cli("enqueue", "send_reset", "--app", "myapp:app", cwd=workdir).exit_code == 0
+    assert (
+        run_cli("worker", "myapp:app", "--pool", "e=email:1", "--burst", cwd=workdir).exit_code == 0
+    )
+    assert len(closed) == len({id(app) for app in closed}) == 4
 
 
 def test_retention_defaults_are_the_brokers() -> None:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -13,6 +10,7 @@ import pytest
 
 from sluicegate import App
 from sluicegate.limits import Limit
+from support.cli import run_cli
 
 APP_SOURCE = textwrap.dedent(
     """
@@ -32,18 +30,6 @@ APP_SOURCE = textwrap.dedent(
 )
 
 
-def run(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "SLUICEGATE_BROKER"}
-    return subprocess.run(
-        [sys.executable, "-m", "sluicegate.cli", *args],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     (tmp_path / "limitapp.py").write_text(APP_SOURCE)
@@ -56,45 +42,47 @@ def folder(tmp_path: Path) -> Path:
 
 
 def limits(folder: Path) -> dict[str, dict[str, object]]:
-    result = run(folder, "limits", "list", "--json")
+    result = run_cli("limits", "list", "--json", cwd=folder)
     assert result.returncode == 0, result.stderr
     return {line["name"]: line for line in json.loads(result.stdout)}
 
 
 def test_list_set_reset(folder: Path) -> None:
     assert limits(folder)["db"]["concurrency"] == 1
-    result = run(folder, "limits", "set", "db", "--concurrency", "3")
+    result = run_cli("limits", "set", "db", "--concurrency", "3", cwd=folder)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "limit db: 3 at once, global"
     shown = limits(folder)["db"]
     assert (shown["concurrency"], shown["set_by_operator"]) == (3, True)
-    assert run(folder, "limits", "reset", "db").stdout.strip() == "limit db: 1 at once, global"
+    assert (
+        run_cli("limits", "reset", "db", cwd=folder).stdout.strip() == "limit db: 1 at once, global"
+    )
     assert limits(folder)["db"]["set_by_operator"] is False
-    bad = run(folder, "limits", "set", "nope", "--concurrency", "2")
+    bad = run_cli("limits", "set", "nope", "--concurrency", "2", cwd=folder)
     assert bad.returncode != 0 and "no limit named 'nope'" in bad.stderr
-    assert run(folder, "limits", "set", "db").returncode == 2  # nothing to set
+    assert run_cli("limits", "set", "db", cwd=folder).returncode == 2  # nothing to set
 
 
 def test_jobs_show_says_which_limit_a_job_waits_for(folder: Path) -> None:
-    first = run(folder, "enqueue", "report", "--args", "[1]", "--app", "limitapp:app")
-    second = run(folder, "enqueue", "report", "--args", "[2]", "--app", "limitapp:app")
+    first = run_cli("enqueue", "report", "--args", "[1]", "--app", "limitapp:app", cwd=folder)
+    second = run_cli("enqueue", "report", "--args", "[2]", "--app", "limitapp:app", cwd=folder)
     assert first.returncode == 0 and second.returncode == 0, first.stderr
     broker = App(broker=f"sqlite:///{folder / 'sluicegate.db'}").broker
     assert len(broker.claim(["default"], 5, 30.0, "w")) == 1  # the first holds "db"
     broker.close()
-    shown = json.loads(run(folder, "jobs", "show", second.stdout.strip(), "--json").stdout)
+    shown = json.loads(run_cli("jobs", "show", second.stdout.strip(), "--json", cwd=folder).stdout)
     assert shown["waiting_for"] == "limit db: 1 of 1 in use"
     assert shown["limits"] == [{"limit": "db", "partition": None, "cost": 1}]
     assert limits(folder)["db"]["in_use"] == 1 and limits(folder)["db"]["waiting"] == 1
 
 
 def test_enqueue_limit_key_partitions_and_needs_the_app(folder: Path) -> None:
-    done = run(
-        folder, "enqueue", "send", "--args", '["a@b", "x"]', "--limit-key", "acct-9",
-        "--app", "limitapp:app",
+    done = run_cli(
+        "enqueue", "send", "--args", '["a@b", "x"]', "--limit-key", "acct-9",
+        "--app", "limitapp:app", cwd=folder,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    shown = json.loads(run(folder, "jobs", "show", done.stdout.strip(), "--json").stdout)
+    shown = json.loads(run_cli("jobs", "show", done.stdout.strip(), "--json", cwd=folder).stdout)
     assert shown["limits"] == [{"limit": "mail", "partition": "acct-9", "cost": 1}]
-    alone = run(folder, "enqueue", "send", "--limit-key", "acct-9")
+    alone = run_cli("enqueue", "send", "--limit-key", "acct-9", cwd=folder)
     assert alone.returncode == 2 and "--limit-key needs --app" in alone.stderr

@@ -1,29 +1,21 @@
-"""``sluicegate jobs show`` and ``jobs list --json`` with a job's progress: real
-subprocesses on a real SQLite file, the progress written by a real heartbeat."""
+"""``sluicegate jobs show`` and ``jobs list --json`` with a job's progress: the commands
+(in process) on a real SQLite file, the progress written by a real heartbeat."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from sluicegate.brokers.sqlite import SQLiteBroker
 from sluicegate.job import JobSpec, Progress
+from support.cli import Result, run_cli
 
 
-def run(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "SLUICEGATE_BROKER"}
-    return subprocess.run(
-        [sys.executable, "-m", "sluicegate.cli", *args],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+def run(workdir: Path, *args: str) -> Result:
+    """The command, which must succeed."""
+    result = run_cli(*args, cwd=workdir)
+    assert result.exit_code == 0, result.stderr
+    return result
 
 
 def test_jobs_show_and_list_print_the_progress(tmp_path: Path) -> None:

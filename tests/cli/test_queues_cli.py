@@ -1,33 +1,23 @@
 """`sluicegate queues list|pause|resume` and paused queues in `stats`, as a user runs them
-(real subprocesses, on SQLite and on PostgreSQL)."""
+(in process, on SQLite and on PostgreSQL)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sg_brokers import over_brokers
 
 from sluicegate import App
+from support.brokers import over_brokers
+from support.cli import Result, run_cli
 
 pytestmark = over_brokers
 
 
-def run(folder: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "SLUICEGATE_BROKER"}
-    return subprocess.run(
-        [sys.executable, "-m", "sluicegate.cli", *args, "--broker", url],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def run(folder: Path, url: str, *args: str) -> Result:
+    return run_cli(*args, "--broker", url, cwd=folder)
 
 
 def ok(folder: Path, url: str, *args: str) -> str:

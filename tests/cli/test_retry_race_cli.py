@@ -1,17 +1,21 @@
 """`sluicegate jobs retry ID` twice at once on the same dead job, as two operators might:
 one revives it, the other is told why not, and the job gets exactly one new attempt.
-(The broker-level race, thousands of times over, is in the conformance suite.)"""
+(The broker-level race, thousands of times over, is in the conformance suite.)
+
+Real processes (support.cli's cli_argv and cli_env), started together: the race is
+between two commands running at the same time, which click's in-process runner cannot do
+(it swaps this process's sys.stdout for one call at a time). Each reads SLUICEGATE_BROKER
+from its real environment."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 from sluicegate import App, JobState
 from sluicegate.outcomes import Buried
 from sluicegate.retry import plain_error
+from support.cli import cli_argv, cli_env
 
 JOBS = 4
 
@@ -23,10 +27,10 @@ def test_two_retries_of_one_dead_job_revive_it_once(tmp_path: Path) -> None:
         jobs = [app.enqueue("t", args=[i], queue="q", max_attempts=1) for i in range(JOBS)]
         claimed = app.broker.claim(["q"], JOBS, 30, "w")
         app.broker.record((), [Buried(c.claim, plain_error("E", "boom")) for c in claimed])
-        env = {**os.environ, "SLUICEGATE_BROKER": url}
+        env = cli_env({"SLUICEGATE_BROKER": url})
         retries = [
             subprocess.Popen(
-                [sys.executable, "-m", "sluicegate.cli", "jobs", "retry", str(job.id)],
+                cli_argv("jobs", "retry", str(job.id)),
                 cwd=tmp_path,
                 env=env,
                 stdout=subprocess.PIPE,

@@ -1,12 +1,11 @@
 """``sluicegate schedules list MODULE:APP [--json]``: each schedule's next fire time, last
 run and last outcome, from code (@app.periodic) and the settings file ([schedules.NAME]).
-Real subprocesses on tests/apps/scheduleapp.py and a SQLite file."""
+In process (support.cli.run_cli) on tests/apps/scheduleapp.py and a SQLite file; each
+call imports scheduleapp afresh, as a new process would, not the test's own module."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from sluicegate import App
 from sluicegate.worker.services.scheduler import Scheduler
+from support.cli import Result, run_cli
 
 APPS = Path(__file__).resolve().parents[1] / "apps"
 if str(APPS) not in sys.path:
@@ -31,18 +31,8 @@ catch_up = 2
 """
 
 
-def sluicegate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "SLUICEGATE_BROKER"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(APPS), env.get("PYTHONPATH")) if p)
-    env["COLUMNS"] = "250"
-    return subprocess.run(
-        [sys.executable, "-m", "sluicegate.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def sluicegate(cwd: Path, *args: str) -> Result:
+    return run_cli(*args, cwd=cwd, env={"COLUMNS": "250"})
 
 
 def listed(cwd: Path, url: str, *extra: str) -> dict[str, dict[str, Any]]:
@@ -92,8 +82,11 @@ def test_list_shows_next_fire_last_run_and_outcome(tmp_path: Path) -> None:
         job = app.get_job(after["last_job_id"])
         assert after["last_outcome"] == "ready" == job.state.value
         assert job.unique_key is not None and job.unique_key.startswith("schedule:every_second:")
-        [claimed] = app.broker.claim(["cron"], 1, 30, "w")
-        app.broker.ack(claimed.claim, "1")
+        # Every tick's job (the last one too, not only the oldest) runs and succeeds.
+        claimed = app.broker.claim(["cron"], 5, 30, "w")
+        assert len(claimed) == scheduler.enqueued
+        for each in claimed:
+            app.broker.ack(each.claim, "1")
         assert listed(tmp_path, url)["every_second"]["last_outcome"] == "succeeded"
     finally:
         app.close()

@@ -1,17 +1,16 @@
 """Signals at the command line, as users run it: one log line per job outcome (text, or
 JSON with the fields as keys), bad sizing input, and `workers`/`stats` after a worker
-has come and gone."""
+has come and gone. In process (support.cli.run_cli), the worker's burst included."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from support.cli import Result, run_cli
 
 APP_SOURCE = textwrap.dedent(
     """
@@ -36,27 +35,18 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "SLUICEGATE_BROKER"}
-    env["PYTHONPATH"] = str(workdir)
-    return subprocess.run(
-        [sys.executable, "-m", "sluicegate.cli", *args],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def burst(workdir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def burst(workdir: Path, *extra: str) -> Result:
     for n in range(3):
         assert (
-            run(workdir, "enqueue", "send", "--args", f"[{n}]", "--app", "logapp:app").returncode
+            run_cli(
+                "enqueue", "send", "--args", f"[{n}]", "--app", "logapp:app", cwd=workdir
+            ).returncode
             == 0
         )
-    assert run(workdir, "enqueue", "broken", "--app", "logapp:app").returncode == 0
-    done = run(workdir, "worker", "logapp:app", "--pool", "email=email:2", "--burst", *extra)
+    assert run_cli("enqueue", "broken", "--app", "logapp:app", cwd=workdir).returncode == 0
+    done = run_cli(
+        "worker", "logapp:app", "--pool", "email=email:2", "--burst", *extra, cwd=workdir
+    )
     assert done.returncode == 0, done.stderr
     return done
 
@@ -84,13 +74,13 @@ def test_text_logs_are_readable_lines(workdir: Path) -> None:
 
 def test_a_worker_that_came_and_went_is_listed_stopped(workdir: Path) -> None:
     burst(workdir)
-    listed = json.loads(run(workdir, "workers", "--json").stdout)
+    listed = json.loads(run_cli("workers", "--json", cwd=workdir).stdout)
     assert [w["status"] for w in listed] == ["stopped"]
     assert listed[0]["pools"][0]["name"] == "email"
-    stats = json.loads(run(workdir, "stats", "--json").stdout)
+    stats = json.loads(run_cli("stats", "--json", cwd=workdir).stdout)
     assert stats["queues"]["email"]["succeeded"] == 3
     assert stats["pools"] == {}  # a stopped worker's pools are not live capacity
-    table = run(workdir, "stats")
+    table = run_cli("stats", cwd=workdir)
     assert table.returncode == 0 and "email" in table.stdout
 
 
@@ -106,17 +96,17 @@ def test_a_worker_that_came_and_went_is_listed_stopped(workdir: Path) -> None:
     ],
 )
 def test_bad_signal_input_gets_one_clear_line(workdir: Path, args: list[str], message: str) -> None:
-    done = run(workdir, *args)
+    done = run_cli(*args, cwd=workdir)
     assert done.returncode in (1, 2)
     assert message in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 
 
 def test_declared_sizing_shows_the_arithmetic(workdir: Path) -> None:
-    done = run(workdir, "size", "--rate", "100/s", "--duration", "500ms")
+    done = run_cli("size", "--rate", "100/s", "--duration", "500ms", cwd=workdir)
     assert done.returncode == 0
     assert "50.0 slots busy on average" in done.stdout and "63 slots" in done.stdout
     data = json.loads(
-        run(workdir, "size", "--rate", "100/s", "--duration", "500ms", "--json").stdout
+        run_cli("size", "--rate", "100/s", "--duration", "500ms", "--json", cwd=workdir).stdout
     )
     assert data["slots_exact"] == pytest.approx(50.0) and data["slots_at_target"] == 63

@@ -1,36 +1,25 @@
 """``sluicegate tasks MODULE:APP``: each task's queue, pool, model and options as a worker
 with these pools would run it, with problems flagged (a coroutine in a thread pool, a
-plain function in an async pool, a queue no pool serves). Real subprocesses on
-tests/apps/poisonapp.py, which has tasks for every model."""
+plain function in an async pool, a queue no pool serves). In process (support.cli.run_cli)
+on tests/apps/poisonapp.py, which has tasks for every model."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-APPS = Path(__file__).resolve().parents[1] / "apps"
-APP = "poisonapp:app"
+from support.cli import Result, run_cli
+
+APP = "poisonapp:app"  # tests/apps, importable
 ALL_POOLS = ("--pool", "proc=proc:2:process", "--pool", "thr=thr:2", "--pool", "aio=aio:2:async")
 
 
-def sluicegate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "SLUICEGATE_BROKER"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(APPS), env.get("PYTHONPATH")) if p)
-    env["COLUMNS"] = "250"  # rich wraps tables to the terminal width; keep rows on one line
-    return subprocess.run(
-        [sys.executable, "-m", "sluicegate.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def sluicegate(cwd: Path, *args: str) -> Result:
+    # rich wraps tables to the terminal width; keep rows on one line
+    return run_cli(*args, cwd=cwd, env={"COLUMNS": "250"})
 
 
 def rows(cwd: Path, *args: str) -> dict[str, dict[str, Any]]:

@@ -1,10 +1,10 @@
-"""`sluicegate dashboard` as users run it, in its own process: it refuses to bind
-anywhere but loopback without a token, refuses a weak token, says how to install the
-extra when it is missing, and serves pages (token or not) until stopped."""
+"""`sluicegate dashboard` as users run it: it refuses to bind anywhere but loopback without
+a token, refuses a weak token, says how to install the extra when it is missing (those in
+process, support.cli.run_cli), and serves pages (token or not) until stopped: those in its
+own long-running process, stopped with SIGTERM."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -17,21 +17,18 @@ from pathlib import Path
 
 import pytest
 
+from support.cli import Result, cli_argv, cli_env, run_cli
+
 TOKEN = "cli-test-token-0123456789abcdef"
 
 
 def env_without_token() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if k not in ("SLUICEGATE_DASHBOARD_TOKEN", "SLUICEGATE_BROKER")}  # fmt: skip
+    """This process's environment without SLUICEGATE_DASHBOARD_TOKEN or SLUICEGATE_BROKER."""
+    return cli_env()
 
 
-def run(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sluicegate.cli", "dashboard", *args],
-        cwd=cwd, env=env or env_without_token(), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+def run(*args: str, cwd: Path, env: dict[str, str | None] | None = None) -> Result:
+    return run_cli("dashboard", *args, cwd=cwd, env=env)
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.10", "example.com"])
@@ -44,19 +41,13 @@ def test_refuses_other_addresses_without_a_token(tmp_path: Path, host: str) -> N
 
 
 def test_refuses_a_weak_token(tmp_path: Path) -> None:
-    env = {**env_without_token(), "SLUICEGATE_DASHBOARD_TOKEN": "hunter2"}
-    done = run("--host", "0.0.0.0", cwd=tmp_path, env=env)
+    done = run("--host", "0.0.0.0", cwd=tmp_path, env={"SLUICEGATE_DASHBOARD_TOKEN": "hunter2"})
     assert done.returncode == 2 and "at least 16 characters" in done.stderr
 
 
-def test_says_how_to_install_the_extra(tmp_path: Path) -> None:
-    code = (
-        "import sys; sys.modules['uvicorn'] = None\n"
-        "from sluicegate.cli import main\n"
-        "main(['dashboard', '--broker', 'memory://'])\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env_without_token(),
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+def test_says_how_to_install_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # `import uvicorn` fails: not installed
+    done = run("--broker", "memory://", cwd=tmp_path)
     assert done.returncode == 2
     assert "pip install 'sluicegate[dashboard]'" in done.stderr
     assert "Traceback" not in done.stderr
@@ -72,8 +63,8 @@ def free_port() -> int:
 def serving(tmp_path: Path, *args: str, env: dict[str, str]) -> Iterator[str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sluicegate.cli", "dashboard", "--port", str(port),
-         "--broker", f"sqlite:///{tmp_path / 'jobs.db'}", *args],
+        cli_argv("dashboard", "--port", str(port),
+                 "--broker", f"sqlite:///{tmp_path / 'jobs.db'}", *args),
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"

@@ -10,8 +10,6 @@ import datetime as dt
 import json
 import math
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ import pytest
 from sluicegate import App, ConfigError
 from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.testing import FakeClock
+from support.cli import Result, run_cli
 
 UTC = dt.UTC
 
@@ -134,9 +133,8 @@ def test_a_bad_task_level_expires_in_is_refused_at_registration(value: Any) -> N
 def test_cli_enqueue_expires_in(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/jobs.db"
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "sluicegate.cli", *args, "--broker", url]
-        return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    def cli(*args: str) -> Result:
+        return run_cli(*args, "--broker", url, cwd=tmp_path)
 
     done = cli("enqueue", "t", "--expires-in", "90")
     assert done.returncode == 0, done.stderr

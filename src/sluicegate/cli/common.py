@@ -69,13 +69,12 @@ def group_broker() -> str | None:
     return ctx.find_root().params.get("broker_url") if ctx is not None else None
 
 
-def open_app(
-    broker_url: str | None, app: str | App | None = None, *, open_now: bool = True
-) -> App:
+def open_app(broker_url: str | None, app: str | App | None = None, *, open_now: bool = True) -> App:
     """The app to act through: the user's (MODULE:APP, or loaded) with --broker replacing
     its broker, or a bare one. A bare app reads no settings file: it has no tasks for
     ``[tasks.NAME]`` to name. ``open_now``: open the broker here (a bad URL fails at once);
-    the worker opens it itself (worker/startup.py)."""
+    the worker opens it itself (worker/startup.py). Inside a command the app is closed
+    when the command ends, however it ends: its broker's connections do not outlive it."""
     broker_url = broker_url or group_broker()
     if app is None:
         app = App(broker=broker_url or default_broker_url(), config=False)
@@ -83,6 +82,9 @@ def open_app(
         app = load_app(app) if isinstance(app, str) else app
         if broker_url:
             app.use_broker(broker_url)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(app.close)
     if open_now:
         app.broker  # noqa: B018 - open now, so a bad URL fails here with a clear message
     return app
