@@ -13,10 +13,10 @@ import pytest
 
 from sluicegate.brokers.sqlfiles import FRAGMENT, blocks
 from sluicegate.brokers.sqlite import SQLiteBroker
-from sluicegate.codec import encode_payload
-from sluicegate.job import ErrorInfo, JobSpec
+from sluicegate.job import ErrorInfo
 from sluicegate.outcomes import Buried, Retried, Succeeded
 from sluicegate.testing import FakeClock
+from support.specs import spec
 
 OFF_THE_HAPPY_PATH = {
     "sqlite": {"fail_retry", "fail_dead", "release", "recover_expired", "recover_worker",
@@ -41,11 +41,6 @@ def test_only_the_statements_off_the_happy_path_write_it(dialect: str) -> None:
     assert writing == OFF_THE_HAPPY_PATH[dialect]
     [fragment] = [b for b in blocks(dialect) if b.name == "fragment_history"]
     assert fragment.parameter == "entry" and "{history_cap}" in fragment.sql
-
-
-def spec(**options: Any) -> JobSpec:
-    args_json, kwargs_json = encode_payload("t", [], {})
-    return JobSpec(task="t", queue="q", args_json=args_json, kwargs_json=kwargs_json, **options)
 
 
 def run_happy_and_not(broker: Any) -> tuple[list[int], list[int]]:

@@ -20,18 +20,13 @@ from typing import Any
 import pytest
 
 from sluicegate.brokers.sqlite import SQLiteBroker
-from sluicegate.codec import encode_payload
-from sluicegate.job import HELD, ErrorInfo, JobSpec, JobState
+from sluicegate.job import HELD, ErrorInfo, JobState
 from sluicegate.outcomes import Buried, Succeeded
 from sluicegate.testing import FakeClock
+from support.specs import spec
 
 BOOM = ErrorInfo("ValueError", "boom")
 S = JobState
-
-
-def spec(task: str = "t0", queue: str = "q0", **options: Any) -> JobSpec:
-    args_json, kwargs_json = encode_payload(task, [], {})
-    return JobSpec(task=task, queue=queue, args_json=args_json, kwargs_json=kwargs_json, **options)
 
 
 def fill(broker: Any) -> int:

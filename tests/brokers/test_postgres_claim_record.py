@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sluicegate.codec import encode_payload
 from sluicegate.errors import BrokerUnavailable
-from sluicegate.job import Claim, ErrorInfo, JobSpec, JobState
+from sluicegate.job import Claim, ErrorInfo, JobState
 from sluicegate.limits import encode_needs
 from sluicegate.outcomes import Retried, Succeeded
+from support.specs import spec
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -24,11 +24,6 @@ if TYPE_CHECKING:
 
 S = JobState
 LEASE = 30.0
-
-
-def spec(queue: str = "q", args: list[Any] | None = None, **options: Any) -> JobSpec:
-    args_json, kwargs_json = encode_payload("t", args or [], {})
-    return JobSpec(task="t", queue=queue, args_json=args_json, kwargs_json=kwargs_json, **options)
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from sluicegate.brokers.postgres.copyin import COPY_MIN, interval_micros, pg_micros
-from sluicegate.codec import encode_payload
 from sluicegate.job import Job, JobSpec, JobState, encode_headers
 from sluicegate.limits import encode_needs
+from support.specs import spec
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -30,11 +30,6 @@ STORED = (
     "queue, task, args, kwargs, state, priority, run_at, attempts, max_attempts, unique_key, "
     "enqueued_at, limits, headers, expires_at, history, progress, result, last_error"
 )
-
-
-def spec(queue: str = "q", args: list[Any] | None = None, **options: Any) -> JobSpec:
-    args_json, kwargs_json = encode_payload("t", args or [], {})
-    return JobSpec(task="t", queue=queue, args_json=args_json, kwargs_json=kwargs_json, **options)
 
 
 def mixed_specs(n: int, now: float, seed: int = 16) -> list[JobSpec]:

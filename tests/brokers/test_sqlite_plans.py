@@ -8,23 +8,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sluicegate.brokers.sqlite import SQLiteBroker
-from sluicegate.codec import encode_payload
-from sluicegate.job import JobSpec
 from sluicegate.limits import encode_needs
 from sluicegate.outcomes import Succeeded
 from sluicegate.testing import FakeClock
+from support.specs import spec
 
 UNFINISHED_ONLY = {"jobs_ready", "jobs_gated", "jobs_scheduled", "jobs_leased", "jobs_holding"}
-
-
-def spec(queue: str = "q", **options: Any) -> JobSpec:
-    args_json, kwargs_json = encode_payload("t", [], {})
-    return JobSpec(task="t", queue=queue, args_json=args_json, kwargs_json=kwargs_json, **options)
 
 
 @pytest.fixture

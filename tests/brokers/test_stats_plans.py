@@ -15,23 +15,18 @@ import pytest
 
 from sluicegate.brokers import base
 from sluicegate.brokers.sqlite import SQLiteBroker
-from sluicegate.codec import encode_payload
-from sluicegate.job import HELD, TERMINAL, ErrorInfo, JobSpec, JobState
+from sluicegate.job import HELD, TERMINAL, ErrorInfo, JobState
 from sluicegate.outcomes import Buried, Succeeded
 from sluicegate.testing import FakeClock
+from support.specs import spec
 
 BOOM = ErrorInfo("ValueError", "boom")
-
-
-def spec(queue: str = "q", **options: Any) -> JobSpec:
-    args_json, kwargs_json = encode_payload("t", [], {})
-    return JobSpec(task="t", queue=queue, args_json=args_json, kwargs_json=kwargs_json, **options)
 
 
 def fill(broker: Any) -> None:
     """3000 finished jobs (settled), 20 finished since (not settled), a few unfinished."""
     for queue, n in (("q", 2500), ("other", 500)):
-        broker.enqueue([spec(queue) for _ in range(n)])
+        broker.enqueue([spec(queue=queue) for _ in range(n)])
         claims = [c.claim for c in broker.claim([queue], n, 30.0, "w")]
         outcomes = [Buried(c, BOOM) if i % 50 == 0 else Succeeded(c, "null") for i, c in
                     enumerate(claims)]  # fmt: skip
