@@ -13,9 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "admission_overload.py"
 
 
+@pytest.mark.slow
 def test_overload_is_refused_with_figures_and_the_wait_stays_bounded(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     done = subprocess.run(

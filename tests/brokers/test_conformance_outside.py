@@ -39,6 +39,7 @@ def broker_kind() -> BrokerKind:
 
 # The whole conformance suite in a child pytest: about 95 s on a busy 2-core machine, over
 # the suite's default 120 s per test; the child's own bound is the subprocess timeout.
+@pytest.mark.slow
 @pytest.mark.timeout(660)
 def test_an_outside_broker_runs_the_whole_suite(tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere"

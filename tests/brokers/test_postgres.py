@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sg_harness import run_released, wait_for
 
-from support.pg import generic_plan
 from sluicegate.brokers.base import Retention
 from sluicegate.codec import encode_payload
 from sluicegate.errors import BrokerUnavailable, ConfigError, LeaseLost
 from sluicegate.job import Claim, JobSpec, JobState
 from sluicegate.limits import encode_needs
 from sluicegate.outcomes import Buried, Retried, Succeeded
+from support.pg import generic_plan
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -201,8 +201,8 @@ class TestUrls:
             PostgresBroker(pg_url + extra)
 
     def test_a_reserved_word_is_a_usable_schema(self, pg_dsn: str) -> None:
-        from support import pg as pgserver
         from sluicegate.brokers.postgres import PostgresBroker
+        from support import pg as pgserver
 
         sep = "&" if "?" in pg_dsn else "?"
         broker = PostgresBroker(f"{pg_dsn}{sep}schema=user")

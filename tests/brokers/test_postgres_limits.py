@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from support.pg import generic_plan
-from support.waiting import wait_for
 from sluicegate.brokers.base import Broker
 from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.codec import encode_payload
@@ -26,6 +24,8 @@ from sluicegate.job import ClaimedJob, JobSpec, JobState
 from sluicegate.limits import RECHECK, Limit, Need, encode_needs
 from sluicegate.outcomes import Succeeded
 from sluicegate.testing import FakeClock
+from support.pg import generic_plan
+from support.waiting import wait_for
 
 psycopg = pytest.importorskip("psycopg")
 

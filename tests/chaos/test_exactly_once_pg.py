@@ -13,12 +13,13 @@ from __future__ import annotations
 import time
 
 import pgchaosapp
+import pytest
 import sg_brokers
 from sg_harness import Fleet, counts, enqueue_mixed, stop_all, wait_for
 
 from sluicegate import App
 
-pytestmark = sg_brokers.only_postgresql
+pytestmark = [sg_brokers.only_postgresql, pytest.mark.slow]
 
 WORKERS = 4
 SLOTS = 8

@@ -32,7 +32,7 @@ from sluicegate import App, Job, JobState
 from sluicegate.brokers.postgres import RECONNECT_CAP
 from sluicegate.worker import PoolSpec, Worker
 
-pytestmark = sg_brokers.only_postgresql
+pytestmark = [sg_brokers.only_postgresql, pytest.mark.slow]
 
 LEASE = 1.5
 WORKERS = 3

@@ -27,8 +27,8 @@ from sg_brokers import rewrite
 from sg_harness import Fleet, stop_all, wait_for
 from tcpproxy import TcpProxy
 
-from support import pg as pgserver
 from sluicegate import App, BrokerUnavailable, EnqueueFateUnknown, Job, JobState
+from support import pg as pgserver
 
 WORKERS = 4
 PRODUCERS = 2
@@ -91,6 +91,7 @@ def broker_errors(log: str) -> int:
     return len(re.findall(r" ERROR sluicegate\.worker: broker error", log))
 
 
+@pytest.mark.slow
 def test_producers_and_workers_survive_immediate_restarts(
     cluster: pgserver.Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

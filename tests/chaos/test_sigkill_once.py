@@ -13,12 +13,13 @@ import signal
 import time
 
 import chaosapp
+import pytest
 from sg_brokers import over_brokers
 from sg_harness import Fleet, counts, held_by, holders, stop_all, wait_for
 
 from sluicegate import App, Job, JobState
 
-pytestmark = over_brokers
+pytestmark = [over_brokers, pytest.mark.slow]
 
 WORKERS = 3
 JOBS = 80  # half on a thread pool, half on a process pool

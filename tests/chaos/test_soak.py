@@ -16,6 +16,7 @@ from support import pg as pgserver
 SOAK = Path(__file__).resolve().parents[2] / "chaos" / "soak.py"
 
 
+@pytest.mark.slow
 def test_short_soak_loses_nothing(tmp_path: Path) -> None:
     if pgserver.find_binaries() is None:
         reason = "no initdb/pg_ctl on PATH or under /usr/lib/postgresql/*/bin"

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 
+import pytest
 from sg_brokers import over_brokers
 from sg_harness import Fleet, stop_all, wait_for
 
@@ -27,6 +28,7 @@ def tick_of(key: str) -> float:
     )
 
 
+@pytest.mark.slow
 @over_brokers
 def test_five_workers_enqueue_each_tick_once(fleet: Fleet, producer: App) -> None:
     # All five in the same instant: on SQLite they queue for the write lock at start
