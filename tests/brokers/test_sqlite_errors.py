@@ -28,6 +28,7 @@ from sluicegate.errors import ConfigError
 from sluicegate.job import JobSpec
 from sluicegate.outcomes import Succeeded
 from sluicegate.worker.services import Backoff, Counters, LeaseKeeper, ResultWriter
+from support.waiting import wait_for
 
 CAP = 300  # max_pages in the disk-full tests (300 x 4 KiB)
 
@@ -72,8 +73,31 @@ def test_url_options_are_checked(path: Path) -> None:
 # ---- a write lock held elsewhere ---------------------------------------------------------
 
 
+def begins_immediate(broker: SQLiteBroker) -> threading.Event:
+    """Set once the broker's writer connection runs BEGIN IMMEDIATE (SQLite's trace
+    callback, called as a statement begins): the write lock is what it asks for next."""
+    began = threading.Event()
+
+    def traced(statement: str) -> None:
+        if statement.startswith("BEGIN IMMEDIATE"):
+            began.set()
+
+    broker._db._writer.set_trace_callback(traced)
+    return began
+
+
+def asleep(thread: threading.Thread) -> bool:
+    """Whether ``thread`` sleeps in the kernel (Linux's /proc; elsewhere taken as so)."""
+    try:
+        stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "S"  # the state, after "(name)"
+
+
 def test_a_write_waits_out_a_lock_shorter_than_busy_timeout(path: Path) -> None:
     broker = SQLiteBroker(f"sqlite:///{path}")  # busy_timeout: 10 s
+    began = begins_immediate(broker)
     done: list[float] = []
     thread = threading.Thread(
         target=lambda: (broker.enqueue([spec()]), done.append(time.monotonic()))
@@ -81,7 +105,10 @@ def test_a_write_waits_out_a_lock_shorter_than_busy_timeout(path: Path) -> None:
     try:
         with write_lock(path):
             thread.start()
-            time.sleep(0.5)  # the lock is held this long: the enqueue must be waiting
+            # The enqueue waits: it began BEGIN IMMEDIATE, and (the lock held here) it
+            # sleeps in SQLite's busy handler between its tries for the lock.
+            assert began.wait(10)
+            wait_for(lambda: asleep(thread) or done, timeout=10, what="the enqueue asleep")
             assert not done
             released = time.monotonic()
         thread.join(10)

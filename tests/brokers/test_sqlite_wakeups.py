@@ -34,6 +34,21 @@ def wait_for(predicate: object, timeout: float = 5.0) -> bool:
     return False
 
 
+def counted_checks(broker: SQLiteBroker) -> list[int | None]:
+    """The data_version values the broker's watch loop reads from now on, in order (None:
+    a check skipped, the writer busy), through the read it was given."""
+    checks: list[int | None] = []
+    read = broker._watcher._data_version
+
+    def counted(blocking: bool) -> int | None:
+        version = read(blocking)
+        checks.append(version)
+        return version
+
+    broker._watcher._data_version = counted
+    return checks
+
+
 def bells(doorbell: Doorbell) -> list[str]:
     folder = doorbell.folder
     return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
@@ -101,10 +116,11 @@ def test_without_a_doorbell_the_watcher_polls_data_version(tmp_path: Path) -> No
         assert broker._watcher.doorbell is not None
         broker._watcher.doorbell.close()
         broker._watcher.doorbell = None
+    checks = counted_checks(watcher)
     fired = threading.Event()
     unsubscribe = watcher.subscribe(fired.set)
     try:
-        time.sleep(0.05)
+        assert wait_for(lambda: checks)  # its baseline read: a commit from now on is seen
         fired.clear()
         producer.enqueue([spec()])
         assert fired.wait(5)
@@ -113,7 +129,11 @@ def test_without_a_doorbell_the_watcher_polls_data_version(tmp_path: Path) -> No
         watcher.enqueue([spec()])  # notifies locally, once
         assert fired.wait(1)
         fired.clear()
-        assert not fired.wait(0.3)
+        # Three checks after it: the second began after the write, and any wake-up of
+        # its own came before the third.
+        after = len(checks)
+        assert wait_for(lambda: sum(v is not None for v in checks[after:]) >= 3)
+        assert not fired.is_set()
     finally:
         unsubscribe()
         watcher.close()

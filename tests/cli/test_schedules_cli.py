@@ -6,7 +6,6 @@ call imports scheduleapp afresh, as a new process would, not the test's own modu
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,10 +15,6 @@ import pytest
 from sluicegate import App
 from sluicegate.worker.services.scheduler import Scheduler
 from support.cli import Result, run_cli
-
-APPS = Path(__file__).resolve().parents[1] / "apps"
-if str(APPS) not in sys.path:
-    sys.path.insert(0, str(APPS))
 
 SETTINGS = """
 [schedules.nightly]

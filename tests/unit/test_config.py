@@ -439,7 +439,7 @@ CLI_APP = textwrap.dedent(
 
     @app.task(queue="a", max_attempts=1)
     def slow():
-        time.sleep(1)
+        time.sleep(1)  # the job's body: it runs past its 0.2 s timeout
     """
 )
 CLI_CONFIG = textwrap.dedent(

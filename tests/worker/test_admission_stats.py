@@ -33,7 +33,7 @@ def test_stats_and_max_wait_use_the_observed_figures(
 ) -> None:
     @app.task(queue="waits")
     def slow() -> None:
-        time.sleep(DURATION)
+        time.sleep(DURATION)  # the job's body: its duration is the figure under test
 
     worker = run_worker([PoolSpec("waits", ("waits",), 2)], publish_interval=0.25)
     for _ in range(6):
@@ -42,7 +42,7 @@ def test_stats_and_max_wait_use_the_observed_figures(
     published = worker.registry.latest
     wait_for(lambda: worker.registry.latest is not published, what="a publish after them")
     app.pause_queue("waits")
-    time.sleep(2.0)  # the pause reaches the worker within about a second
+    wait_for(lambda: worker.pauses.paused == {"waits"}, what="the pause read by the worker")
     for _ in range(20):
         slow.enqueue()
 

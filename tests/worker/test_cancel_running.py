@@ -35,6 +35,7 @@ import pytest
 from sg_brokers import over_brokers
 from sg_harness import (
     Fleet,
+    WorkerProcess,
     _sluicegate_command,
     enqueue,
     held_by,
@@ -54,7 +55,7 @@ APP = "cancelapp:app"
 LEASE = 30.0  # heartbeats every 10 s: only the cancel's notification makes a stop prompt
 SHORT_LEASE = 1.5  # heartbeats every 0.5 s
 PROMPT = 5.0  # a notified worker stops the attempt well inside one heartbeat interval
-HOLD = 1.0  # how long a test watches that something does NOT happen
+PUBLISH = ("--publish-interval", "0.1")  # a registry publish (a turn's last step) often
 BY = "cancel-test"
 
 TaskT = Task[Any, Any]
@@ -128,7 +129,7 @@ def test_a_running_job_is_stopped_at_once_and_its_slot_freed(
 def test_a_thread_task_that_goes_on_keeps_its_slot_and_its_late_result_is_refused(
     fleet: Fleet, producer: App, folder: str
 ) -> None:
-    worker = fleet.start(["thr=thr:1:thread"], lease=LEASE, app=APP)
+    worker = fleet.start(["thr=thr:1:thread"], lease=LEASE, app=APP, extra=PUBLISH)
     job = enqueue(producer, cancelapp.thr_ignores, folder)
     _until(fleet, lambda: _running(producer, job.id, folder), 60)
     quick = enqueue(producer, cancelapp.thr_quick, folder)
@@ -140,8 +141,10 @@ def test_a_thread_task_that_goes_on_keeps_its_slot_and_its_late_result_is_refuse
     assert saw.read_text() == "True"
     assert time.monotonic() - began < PROMPT
 
-    # It goes on: the pool's one slot stays busy, so the next job does not start.
-    _holds(lambda: _waiting(producer, quick.id, folder), HOLD, "the quick job to wait")
+    # It goes on: the pool's one slot stays busy, so the next job does not start, in the
+    # whole loop turns after the one that stopped the attempt (saw it cancelled).
+    _turns(producer, worker, 2)
+    assert _waiting(producer, quick.id, folder), "expected the quick job to wait"
 
     cancelapp.mark(folder, "release", job.id).touch()  # now it returns "late"
     wait_for(cancelapp.mark(folder, "returned", job.id).exists, timeout=30, what=fleet.logs)
@@ -205,7 +208,12 @@ def test_a_cancelled_job_gives_back_its_limit_token(
     _until(fleet, lambda: _running(producer, job.id, folder), 60)
     second = _enqueue_limited(producer, cancelapp.lim_quick, folder)
     assert [h[0] for h in producer.broker.limit_figures().held] == ["one"]
-    _holds(lambda: _waiting(producer, second.id, folder), HOLD, "the limited job to wait")
+    # A job behind it that needs no token takes the free slot: the claim that took it
+    # passed over the limited job, which waits (and blocks nothing behind it).
+    free = enqueue(producer, cancelapp.aio_quick, folder, queue="lim")
+    passed = _until(fleet, lambda: _finished(producer, free.id), 30)
+    assert passed.state is JobState.SUCCEEDED and passed.result == cancelapp.QUICK
+    assert _waiting(producer, second.id, folder), "expected the limited job to wait"
 
     began = time.monotonic()
     assert producer.cancel(job.id, by=BY).state is JobState.CANCELLED
@@ -321,13 +329,26 @@ def _runs(folder: str, job_id: int) -> int:
     return int(cancelapp.mark(folder, "runs", job_id).read_text())
 
 
-def _holds(predicate: Callable[[], bool], seconds: float, what: str) -> None:
-    """Assert ``predicate`` stays true for ``seconds`` (polled): that something does not
-    happen can only be watched for a while."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert predicate(), f"expected {what}"
-        time.sleep(0.05)
+def _uptime(app: App, worker: WorkerProcess) -> float | None:
+    """The uptime in ``worker``'s last published snapshot: a new value, a new publish."""
+    for record in app.broker.list_workers().workers:
+        if record.info.pid == worker.pid and record.snapshot:
+            return float(record.snapshot["uptime_s"])
+    return None
+
+
+def _turns(app: App, worker: WorkerProcess, n: int) -> None:
+    """Wait for ``n`` more registry publishes of ``worker`` (started with PUBLISH). Each is
+    the last step of a loop turn, and the first one seen is stored after this call: so for
+    n >= 2 the n-th one's turn began after this call and ran whole, claimers included,
+    before it was stored."""
+    seen = _uptime(app, worker)
+    for _ in range(n):
+        seen = wait_for(
+            lambda s=seen: (u := _uptime(app, worker)) != s and u,
+            timeout=30,
+            what=f"a registry publish of worker {worker.pid}",
+        )
 
 
 def _check_entry(entry: dict[str, Any], running: Job, asked: float) -> None:

@@ -120,7 +120,7 @@ def test_expiry_racing_concurrent_claims(db_url: str, producer: App) -> None:
                 if not got:
                     if time.time() > last_expiry + 0.2:
                         return  # nothing ready, and every expiry has passed
-                    time.sleep(0.005)
+                    time.sleep(0.005)  # nothing ready yet: this claim loop looks again
                     continue
                 with lock:
                     for c in got:
@@ -128,7 +128,7 @@ def test_expiry_racing_concurrent_claims(db_url: str, producer: App) -> None:
                         assert c.job.id not in claimed_at, "claimed twice"
                         claimed_at[c.job.id] = c.job.lease_expires_at - LEASE
                 broker.record([c.claim for c in got], [])  # started
-                time.sleep(0.01)
+                time.sleep(0.01)  # the jobs' bodies: slowed claimers meet expiries all along
                 broker.record((), [Succeeded(c.claim, "null") for c in got])
         except BaseException as exc:  # reported by the test thread
             errors.append(exc)

@@ -34,6 +34,7 @@ from sluicegate.worker import PoolSpec, Worker
 from sluicegate.worker.executors import Executor, WorkItem
 from sluicegate.worker.models import MODELS, PoolContext
 from sluicegate.worker.models.process import ProcessExecutor
+from sluicegate.worker.services.claimer import Claimer
 
 Drain = Callable[..., Worker]
 RunWorker = Callable[..., Worker]
@@ -41,6 +42,28 @@ RunWorker = Callable[..., Worker]
 
 def async_pool(slots: int, queue: str = "q") -> PoolSpec:
     return PoolSpec("aio", (queue,), slots, "async")
+
+
+def polls(claimer: Claimer, n: int) -> None:
+    """Wait until ``claimer`` has begun ``n`` more fallback polls (each sets its
+    ``next_poll``): every one but the last has run whole, its claim included."""
+    for _ in range(n):
+        seen = claimer.next_poll
+        wait_for(lambda s=seen: claimer.next_poll != s, what="a fallback poll of the claimer")
+
+
+def settled(executor: Executor[Any]) -> None:
+    """Wait until an async executor's loop runs no task and has run every callback queued
+    before that (a finished task's done callbacks, where a report may still be made)."""
+    loop: asyncio.AbstractEventLoop = executor.loop  # type: ignore[attr-defined]
+
+    async def quiet() -> None:
+        me = asyncio.current_task()
+        while any(task is not me for task in asyncio.all_tasks()):
+            await asyncio.sleep(0.01)  # a polling wait
+        await asyncio.sleep(0)  # the callbacks queued when the last task ended run first
+
+    asyncio.run_coroutine_threadsafe(quiet(), loop).result(10)
 
 
 # ---- async model ---------------------------------------------------------------------------
@@ -60,8 +83,8 @@ def test_async_pool_runs_n_coroutines_at_once_on_one_loop(app: App, drain: Drain
         # (with fewer, they give up after a while and the overlap assertion fails).
         give_up = time.monotonic() + 10
         while len(started) < n and time.monotonic() < give_up:
-            await asyncio.sleep(0.005)
-        await asyncio.sleep(0.2)
+            await asyncio.sleep(0.005)  # a polling wait for the others to start
+        await asyncio.sleep(0.2)  # the job's own body: all n stay in flight together
         ended.append(time.monotonic())
         return i
 
@@ -82,7 +105,7 @@ def test_async_pool_never_runs_more_than_its_slots(app: App, drain: Drain) -> No
         nonlocal running, peak
         running += 1
         peak = max(peak, running)
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # the job's body runs a while, so that slots overlap
         running -= 1
 
     jobs = [step.enqueue() for _ in range(12)]
@@ -97,7 +120,7 @@ def test_async_timeout_cancels_the_coroutine(app: App, drain: Drain) -> None:
     @app.task(queue="q", timeout=0.2, max_attempts=1)
     async def stuck() -> None:
         try:
-            await asyncio.sleep(30)
+            await asyncio.sleep(30)  # far past its timeout: only the cancellation ends it
         except asyncio.CancelledError:
             cancelled.set()
             raise
@@ -130,7 +153,7 @@ def test_async_timeout_retries_then_dead(app: App, drain: Drain) -> None:
     @app.task(queue="q", timeout=0.1, max_attempts=3, backoff_base=0)
     async def stuck() -> None:
         attempts.append(current_job().attempts)
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # far past its timeout: only the cancellation ends it
 
     job = stuck.enqueue()
     drain([async_pool(1)])
@@ -144,7 +167,7 @@ def test_a_loop_blocking_task_is_named_by_its_task_name_not_its_function(
 ) -> None:
     @app.task(name="reports.render", queue="q")
     async def render() -> None:
-        time.sleep(1.0)  # blocks the loop
+        time.sleep(1.0)  # blocks the loop: what is tested (past BLOCKED_AFTER, 0.5 s)
 
     caplog.set_level(logging.WARNING, logger="sluicegate.worker")
     job = render.enqueue()
@@ -161,12 +184,12 @@ def test_loop_blocking_task_is_named_and_cannot_stop_heartbeats(
 ) -> None:
     @app.task(queue="q")
     async def hog() -> str:
-        time.sleep(1.5)  # a sync call inside a coroutine: the whole loop stops
+        time.sleep(1.5)  # what is tested: a sync call in a coroutine stops the whole loop
         return "done"
 
     @app.task(queue="q")
     async def polite(i: int) -> int:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # the job's body: it awaits, as a polite coroutine does
         return i
 
     caplog.set_level(logging.WARNING, logger="sluicegate.worker")
@@ -205,7 +228,7 @@ def test_thread_soft_timeout_keeps_the_slot_busy_until_the_thread_returns(
         return current_job().task
 
     job = stubborn.enqueue()
-    worker = run_worker([PoolSpec("thr", ("q",), 1)], lease=5)
+    worker = run_worker([PoolSpec("thr", ("q",), 1)], lease=5, poll_interval=0.05)
     wait_for(lambda: app.get_job(job.id).state == JobState.DEAD)
     dead = app.get_job(job.id)
     assert dead.last_error is not None
@@ -217,7 +240,10 @@ def test_thread_soft_timeout_keeps_the_slot_busy_until_the_thread_returns(
     # The thread is still inside the task: its slot is not given to other work.
     waiting = quick.enqueue()
     assert worker.busy == 1
-    time.sleep(0.3)  # an absence: nothing may claim it while the only slot is held
+    # An absence: after the enqueue's wake-up and a whole fallback poll of the claimer,
+    # nothing claimed it while the only slot is held.
+    polls(worker.claimers[0], 2)
+    assert worker.busy == 1
     assert app.get_job(waiting.id).state == JobState.READY
 
     gate.set()  # the thread returns; its late result is ignored, the slot is free again
@@ -308,7 +334,10 @@ def test_thread_timeout_reports_the_failure_once_and_keeps_the_slot_busy(
     assert (outcome.error.type, outcome.error.message) == ("TimeoutError", "timed out after 0.2 s")
     assert "job 7 (stubborn) timed out after 0.2 s" in caplog.text
 
-    time.sleep(0.3)  # an absence: the timeout is reported once, not at every look
+    # An absence: the report made, the timeout thread has no deadline left to look at,
+    # so the timeout is reported once, not at every look.
+    idle = executor.next_look  # type: ignore[attr-defined]
+    wait_for(lambda: idle() is None or len(reports.done) > 1, what="the timeout thread idle")
     assert len(reports.done) == 1
 
     gate.set()  # the function really returns: the slot is free; its late result is the
@@ -327,7 +356,7 @@ def test_an_interrupted_coroutine_always_reports_and_frees_its_slot(app: App, wh
     @app.task(queue="q")
     async def sleeper() -> None:
         ran.set()
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # runs until the interrupt cancels it
 
     context = PoolContext(lambda: "unused:app", 1024, app.broker)
     executor = MODELS["async"].executor("aio", 1, {}, context)
@@ -349,7 +378,7 @@ def test_an_interrupted_coroutine_always_reports_and_frees_its_slot(app: App, wh
         assert reported is item and slot_free is True
         assert isinstance(outcome, Buried) and outcome.error.type == "CancelledError"
         assert ran.is_set() is (when == "while it awaits")
-        time.sleep(0.2)  # an absence: reported once
+        settled(executor)  # an absence: its task is over and was reported once
         assert len(reports.done) == 1
     finally:
         executor.stop()
@@ -369,7 +398,8 @@ def test_a_process_job_interrupted_before_a_child_took_it_never_runs() -> None:
         _, outcome, slot_free = reports.done[0]
         assert slot_free is True and isinstance(outcome, Buried)
         assert outcome.error.type == "JobCancelled"
-        time.sleep(1.0)  # an absence: the child, ready by now, was never given the job
+        # An absence: the child, once ready (and offered what waited), never got the job.
+        wait_for(lambda: executor.ready_children() == 1, timeout=60, what="the child ready")
         assert reports.started == [] and len(reports.done) == 1
     finally:
         executor.stop()
@@ -400,7 +430,10 @@ def test_thread_job_done_in_time_reports_once_with_its_slot_free(
     item = MODELS["thread"].work_item(quick, claimed_job("quick"))
     executor.submit(item)
     reports.wait(1)
-    time.sleep(0.4)  # past the deadline: nothing more is reported
+    # An absence: once the timeout thread waits on no deadline (past this one's, if it
+    # was watching it), nothing more is reported.
+    idle = executor.next_look  # type: ignore[attr-defined]
+    wait_for(lambda: idle() is None or len(reports.done) > 1, what="the timeout thread idle")
     assert [(i, type(r), free) for i, r, free in reports.done] == [(item, Succeeded, True)]
     assert reports.started == [item]
 
@@ -500,7 +533,7 @@ def test_current_job_in_thread_and_async_models(app: App, drain: Drain) -> None:
 
     @app.task(queue="a")
     async def in_loop() -> list[Any]:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # what is tested: current_job() still holds after an await
         job = current_job()
         return [job.id, job.attempts, job.task, threading.current_thread().name]
 

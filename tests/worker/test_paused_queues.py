@@ -77,9 +77,13 @@ def test_pause_and_resume_with_two_workers(fleet: Fleet, producer: App) -> None:
     probes: list[Job] = []
 
     def fresh_claims_other() -> bool:
+        """One probe at a time: the next only once the last one finished elsewhere."""
+        if probes and not producer.get_job(probes[-1].id).finished:
+            return False
+        if ran_on(producer, probes, fresh.pid):
+            return True
         probes.append(enqueue(producer, chaosapp.slow, 0.05, queue="other"))
-        time.sleep(0.2)
-        return ran_on(producer, probes, fresh.pid)
+        return False
 
     wait_for(fresh_claims_other, timeout=60, what="a job of 'other' run by the new worker")
     assert all(s is JobState.READY for s in states_of(producer, waiting + later))

@@ -37,6 +37,7 @@ from sluicegate.worker.services import (
 )
 from sluicegate.worker.services.base import Service
 from sluicegate.worker.services.results import SHORT_BODY
+from support.waiting import wait_for
 
 
 class FlakyBroker(SQLiteBroker):
@@ -276,9 +277,7 @@ def test_shutdown_waits_for_running_jobs_then_releases_leftovers_without_an_atte
         assert shutdown.due_in(now) == 0
         shutdown.run(now)
         assert claimer.due_in(now) is None  # no more claims, at once
-        deadline = time.monotonic() + 5
-        while not dispatcher.finishing and time.monotonic() < deadline:
-            time.sleep(0.01)  # the fast job's report is on its way
+        wait_for(lambda: dispatcher.finishing, timeout=5, what="the fast job's report")
         assert dispatcher.due_in(time.monotonic()) == 0
         dispatcher.run(time.monotonic())
         assert dispatcher.busy == 1
@@ -442,8 +441,14 @@ def test_an_added_service_gets_every_hook_and_cannot_break_the_stop(app: App) ->
     worker.services += [recording, failing]  # adding a service is one line
     runner = threading.Thread(target=worker.run)
     runner.start()
-    time.sleep(0.2)
-    assert runner.is_alive()  # burst mode waits: the added service is not drained
+    # Burst mode waits: the added service is not drained. Shown by whole loop turns (each
+    # ends with the burst check) after the paused set was read (until then a burst
+    # worker never counts as drained anyway): a turn began after them (turned_at).
+    wait_for(lambda: worker.pauses.paused is not None or not runner.is_alive())
+    for _ in range(2):
+        since = worker.health.turned_at
+        wait_for(lambda s=since: worker.health.turned_at > s or not runner.is_alive())
+    assert runner.is_alive()
     app.enqueue("nothing", queue="elsewhere")  # a wake-up reaches every service
     runner.join(timeout=10)
     assert not runner.is_alive()
@@ -477,9 +482,7 @@ def test_pruner_deletes_past_retention_in_its_own_thread_and_survives_failures(
     pruner = Pruner(broker, Retention(), interval=0.05)
     assert pruner.due_in(time.monotonic()) is None  # never due on the loop: its own thread
     pruner.start()
-    deadline = time.monotonic() + 10
-    while pruner.deleted == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: pruner.deleted, timeout=10, what="a prune after the failed one")
     pruner.stop()
     assert pruner.deleted == 1
     assert broker.get_job(old.claim.job_id) is None

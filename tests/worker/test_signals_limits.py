@@ -22,7 +22,7 @@ def test_limit_figures_in_the_snapshot_and_the_sizing(
 
     @app.task(queue="io", limits=["storage"])
     def write() -> None:
-        time.sleep(0.1)
+        time.sleep(0.1)  # the job's body holds the one unit a while: the others wait for it
 
     worker = run_worker([PoolSpec("io", ("io",), 4)], publish_interval=0.1)
     for _ in range(30):  # 3 s of work through one unit of storage

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import deadlineapp
@@ -61,12 +60,12 @@ def test_timeouts_count_in_every_model(deadline_app: App, caplog: pytest.LogCapt
 def test_an_outcome_refused_by_the_broker_is_not_counted(
     app: App, run_worker: Callable[..., Worker], caplog: pytest.LogCaptureFixture
 ) -> None:
-    started = threading.Event()
+    started, cancelled = threading.Event(), threading.Event()
 
     @app.task(queue="q")
     def slow() -> str:
         started.set()
-        time.sleep(0.5)
+        cancelled.wait(10)  # the body runs on until its lease is gone
         return "done"
 
     caplog.set_level(logging.INFO, logger="sluicegate.jobs")
@@ -75,6 +74,7 @@ def test_an_outcome_refused_by_the_broker_is_not_counted(
     job = slow.enqueue()
     assert started.wait(10)
     app.broker.cancel(job.id)  # the lease is gone while the body still runs
+    cancelled.set()
     wait_for(lambda: worker.counters.lease_lost == 1, what="the refused ack")
     published = worker.registry.latest
     snap = wait_for(lambda: (s := worker.registry.latest) is not published and s)

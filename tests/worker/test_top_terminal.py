@@ -25,7 +25,7 @@ def test_top_in_a_terminal(
 ) -> None:
     @app.task(queue="transcode")
     def work() -> None:
-        time.sleep(0.2)
+        time.sleep(0.2)  # the job's body: the pool stays busy while top is read
 
     worker = run_worker([PoolSpec("transcode", ("transcode",), 4)], publish_interval=0.2)
     for _ in range(200):

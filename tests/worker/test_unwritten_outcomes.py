@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from pathlib import Path
 
 from sg_harness import counts, wait_for
@@ -52,7 +51,10 @@ def test_no_new_work_while_outcomes_cannot_be_written(tmp_path: Path) -> None:
             wait_for(lambda: worker.results.pending == len(runs), timeout=10)
             ready = counts(app.broker, "q")["ready"]
             assert ready >= JOBS - 2 * SLOTS  # a turn may refill its slots once before it writes
-            time.sleep(1.0)  # an absence: no claim while the outcomes wait
+            # An absence: no claim while the outcomes wait. Two more failed writes: the
+            # turn of the second began after the first, and its claimers ran before it.
+            tried = worker.backoff.errors
+            wait_for(lambda: worker.backoff.errors >= tried + 2, what="the writes tried again")
             assert counts(app.broker, "q")["ready"] == ready
             assert worker.results.pending == len(runs) == JOBS - ready
             assert worker.backoff.errors >= 2  # the write was tried again, and failed again

@@ -35,8 +35,11 @@ def test_wait_for_jobs_a_worker_process_runs(producer: App, fleet: Fleet) -> Non
 
     async def cancelled_while_running() -> None:
         waiting = asyncio.ensure_future(slow.wait_async(SLOW))
-        await asyncio.sleep(0.2)
-        producer.broker.cancel(slow.id)
+        hub = producer._waiting()
+        async with asyncio.timeout(SLOW):  # until the hub holds it and took it for a read
+            while not (hub.waiting == 1 and not hub._unchecked):
+                await asyncio.sleep(0.01)  # a polling wait
+        producer.broker.cancel(slow.id)  # while the wait is under way
         with pytest.raises(JobCancelled):
             await waiting
 

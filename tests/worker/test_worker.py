@@ -26,6 +26,14 @@ def pool(name: str = "p", queues: tuple[str, ...] = ("q",), slots: int = 2) -> P
     return PoolSpec(name, queues, slots)
 
 
+def next_poll(worker: Worker) -> None:
+    """Wait until the worker's claimer begins its next fallback poll (it sets ``next_poll``),
+    so its poll before, if any, has run whole, its claim included."""
+    claimer = worker.claimers[0]
+    seen = claimer.next_poll
+    wait_for(lambda: claimer.next_poll != seen, what="a fallback poll of the claimer")
+
+
 def test_jobs_succeed_with_results_stored(app: App, drain: Drain) -> None:
     @app.task(queue="q")
     def add(a: int, b: int) -> dict[str, int]:
@@ -184,16 +192,17 @@ def test_pool_claims_only_as_many_jobs_as_free_slots(
         return i
 
     jobs = blocking.enqueue_many([i] for i in range(5))
-    run_worker([pool(slots=2)], lease=10, poll_interval=0.05)
+    worker = run_worker([pool(slots=2)], lease=10, poll_interval=0.05)
 
     wait_for(lambda: running[0] == 2, what="two jobs running")
     wait_for(lambda: counts(app.broker, "q")["running"] == 2, what="two jobs marked running")
-    # The worker keeps polling (every 50 ms) with both slots busy: it must not claim more.
-    for _ in range(10):
+    # The worker keeps polling (every 0.05 s x 5 while wake-ups work) with both slots busy:
+    # after each of its polls, it has claimed no more.
+    for _ in range(3):
+        next_poll(worker)
         c = counts(app.broker, "q")
         assert c["claimed"] + c["running"] == 2, c
         assert c["ready"] == 3, c
-        time.sleep(0.03)
 
     gate.set()
     wait_for(lambda: all_in(app, jobs, "succeeded"), what="all jobs succeeded")
@@ -265,15 +274,15 @@ def test_soft_timeout_fails_the_attempt_and_keeps_the_slot_busy(
     app: App, run_worker: RunWorker, gate: threading.Event
 ) -> None:
     @app.task(queue="q", timeout=0.3, max_attempts=1)
-    def sleeps_two_seconds() -> str:
-        gate.wait(2)
+    def overruns() -> str:
+        gate.wait(30)  # until the test opens the gate, well past its timeout
         return "too late"
 
     @app.task(queue="q")
     def next_one() -> str:
         return "next"
 
-    stuck = sleeps_two_seconds.enqueue()
+    stuck = overruns.enqueue()
     worker = run_worker([pool(slots=1)], lease=10, poll_interval=0.05)
 
     wait_for(lambda: app.get_job(stuck.id).state == JobState.DEAD, timeout=10)
@@ -283,12 +292,15 @@ def test_soft_timeout_fails_the_attempt_and_keeps_the_slot_busy(
     assert "timed out after 0.3 s" in dead.last_error.message
     assert worker.counters.timed_out == 1
 
-    # The thread is still sleeping: its slot stays busy, so the next job is not claimed.
+    # The thread is still sleeping: its slot stays busy, so the next job is not claimed,
+    # neither on the enqueue's wake-up nor at the claimer's fallback polls after it.
     waiting = next_one.enqueue()
-    for _ in range(10):
+    for _ in range(3):
         assert worker.busy == 1
         assert app.get_job(waiting.id).state == JobState.READY
-        time.sleep(0.03)
+        next_poll(worker)
+    assert worker.busy == 1
+    assert app.get_job(waiting.id).state == JobState.READY
 
     gate.set()  # the abandoned thread returns; its "success" must not be recorded
     wait_for(lambda: app.get_job(waiting.id).state == JobState.SUCCEEDED)

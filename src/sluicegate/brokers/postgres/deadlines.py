@@ -140,6 +140,15 @@ class Watchdog:
                 self._changed.notify()
         return ticket
 
+    @property
+    def sleeping_until(self) -> float:
+        """The deadline the watchdog thread sleeps until (monotonic s; inf: none, or not
+        started). Read under its lock, so never mid-pass: once it is a later ticket's
+        deadline, every earlier ticket has been dealt with (cut, or released and dropped).
+        For tests and operators; nothing in the broker reads it."""
+        with self._lock:
+            return self._sleeping_until
+
     def release(self, ticket: Ticket) -> bool:
         """The call is over; True if the watchdog cut it."""
         with self._lock:

@@ -291,6 +291,13 @@ class ProcessExecutor:
             child.process.join(timeout=2)
         child.conn.close()
 
+    def ready_children(self) -> int:
+        """Children that have imported the app and take work. A child turns ready and is
+        offered the waiting work under one lock: once it counts here, it was offered
+        whatever waited then. For tests and operators; never called by the worker."""
+        with self._lock:
+            return sum(1 for c in self._children if c.ready)
+
     # ---- work ------------------------------------------------------------------------
     def submit(self, item: ProcessItem) -> None:
         with self._lock:

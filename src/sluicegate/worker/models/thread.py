@@ -100,6 +100,18 @@ class ThreadExecutor:
             self._stopped = True
             self._clock.notify()
 
+    def next_look(self) -> float | None:
+        """When the timeout thread next looks at a deadline (monotonic s), or None: no
+        attempt with a deadline is running or owed a report, and the thread waits on
+        nothing, so no timeout is reported until another timed attempt starts. Read under
+        the thread's lock (never mid-pass); for tests and operators, never called by the
+        worker itself."""
+        with self._clock:
+            times = [d for d in self._deadlines if d is not None]
+            if self._wakes_at != float("inf"):
+                times.append(self._wakes_at)
+            return min(times, default=None)
+
     def interrupt(self, claim: Claim) -> None:
         """A thread cannot be stopped from outside: its task sees ``current_job().cancelled``
         (the worker's answer changed already) and its slot stays busy until it returns."""
