@@ -161,10 +161,10 @@ def rss_kib(pid: int) -> int | None:
 
 class Soak:
     def __init__(self, args: argparse.Namespace, bindir: str) -> None:
-        from sg_harness import WorkerProcess
         from tcpproxy import TcpProxy
 
         from support import pg as pgserver
+        from support.fleet import WorkerProcess
 
         self.args = args
         self.rng = random.Random(args.seed)

@@ -15,15 +15,15 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from sg_harness import run_released, wait_for
 
 from sluicegate.brokers.base import Retention
-from sluicegate.codec import encode_payload
 from sluicegate.errors import BrokerUnavailable, ConfigError, LeaseLost
-from sluicegate.job import Claim, JobSpec, JobState
+from sluicegate.job import Claim, JobState
 from sluicegate.limits import encode_needs
 from sluicegate.outcomes import Buried, Retried, Succeeded
+from support.fleet import run_released, wait_for
 from support.pg import generic_plan
+from support.specs import spec
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -33,11 +33,6 @@ if TYPE_CHECKING:
 
 S = JobState
 LEASE = 30.0
-
-
-def spec(queue: str = "q", args: list[Any] | None = None, **options: Any) -> JobSpec:
-    args_json, kwargs_json = encode_payload("t", args or [], {})
-    return JobSpec(task="t", queue=queue, args_json=args_json, kwargs_json=kwargs_json, **options)
 
 
 def schema_of(url: str) -> str:

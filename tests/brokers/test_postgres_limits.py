@@ -18,13 +18,13 @@ import pytest
 
 from sluicegate.brokers.base import Broker
 from sluicegate.brokers.memory import MemoryBroker
-from sluicegate.codec import encode_payload
 from sluicegate.errors import ConfigError
-from sluicegate.job import ClaimedJob, JobSpec, JobState
+from sluicegate.job import ClaimedJob, JobState
 from sluicegate.limits import RECHECK, Limit, Need, encode_needs
 from sluicegate.outcomes import Succeeded
 from sluicegate.testing import FakeClock
 from support.pg import generic_plan
+from support.specs import needing, spec
 from support.waiting import wait_for
 
 psycopg = pytest.importorskip("psycopg")
@@ -34,20 +34,6 @@ if TYPE_CHECKING:
 
 S = JobState
 LEASE = 30.0
-
-
-def spec(
-    needs: Sequence[Need] = (), queue: str = "q", args: Sequence[Any] = (), **options: Any
-) -> JobSpec:
-    args_json, kwargs_json = encode_payload("t", list(args), {})
-    return JobSpec(
-        task="t",
-        queue=queue,
-        args_json=args_json,
-        kwargs_json=kwargs_json,
-        limits=encode_needs(list(needs)),
-        **options,
-    )
 
 
 def storage(cost: int = 1) -> list[Need]:
@@ -123,7 +109,7 @@ def schema_of(url: str) -> str:
 class TestAdmission:
     def test_a_global_concurrency_limit(self, b: Broker) -> None:
         b.register_limits([Limit("storage", concurrency=3)])
-        jobs = b.enqueue([spec(storage(), args=[i]) for i in range(20)])
+        jobs = b.enqueue([needing(storage(), args=[i]) for i in range(20)])
         first = b.claim(["q"], 10, LEASE, "w")
         assert ids(first) == [j.id for j in jobs[:3]]
         assert first.retry_in == RECHECK
@@ -135,7 +121,11 @@ class TestAdmission:
     def test_costs_and_several_needs(self, b: Broker) -> None:
         b.register_limits([Limit("storage", concurrency=4), Limit("api", concurrency=1)])
         big, both, small = b.enqueue(
-            [spec(storage(3)), spec([("api", None, 1), ("storage", None, 1)]), spec(storage(1))]
+            [
+                needing(storage(3)),
+                needing([("api", None, 1), ("storage", None, 1)]),
+                needing(storage(1)),
+            ]
         )
         got = b.claim(["q"], 10, LEASE, "w")
         assert ids(got) == [big.id, both.id]  # 3 + 1 of storage, 1 of api
@@ -145,7 +135,7 @@ class TestAdmission:
 
     def test_a_partitioned_limit_admits_one_per_key(self, b: Broker) -> None:
         b.register_limits([Limit("acct", concurrency=1, partition="account")])
-        b.enqueue([spec([("acct", f"k{i % 5}", 1)], args=[i]) for i in range(15)])
+        b.enqueue([needing([("acct", f"k{i % 5}", 1)], args=[i]) for i in range(15)])
         got = b.claim(["q"], 20, LEASE, "w")
         assert sorted(c.job.args[0] for c in got) == [0, 1, 2, 3, 4]
         assert b.claim(["q"], 20, LEASE, "w") == []
@@ -154,7 +144,7 @@ class TestAdmission:
 
     def test_a_host_scoped_limit_counts_each_host_apart(self, b: Broker) -> None:
         b.register_limits([Limit("gpu", concurrency=2, scope="host")])
-        b.enqueue([spec([("gpu", None, 1)]) for _ in range(10)])
+        b.enqueue([needing([("gpu", None, 1)]) for _ in range(10)])
         on_a = b.claim(["q"], 10, LEASE, "w-a", host="a")
         on_b = b.claim(["q"], 10, LEASE, "w-b", host="b")
         assert (len(on_a), len(on_b)) == (2, 2)
@@ -166,7 +156,7 @@ class TestAdmission:
     def test_the_local_host_by_default(self, b: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("SLUICEGATE_HOST", "here")
         b.register_limits([Limit("gpu", concurrency=1, scope="host")])
-        b.enqueue([spec([("gpu", None, 1)]) for _ in range(3)])
+        b.enqueue([needing([("gpu", None, 1)]) for _ in range(3)])
         assert len(b.claim(["q"], 10, LEASE, "w")) == 1
         assert b.claim(["q"], 10, LEASE, "w", host="here") == []
         assert len(b.claim(["q"], 10, LEASE, "w", host="there")) == 1
@@ -175,7 +165,7 @@ class TestAdmission:
 
     def test_a_rate_limit_spaces_starts(self, b: Broker, clock: FakeClock) -> None:
         b.register_limits([Limit("email", rate=20.0, burst=1)])
-        b.enqueue([spec([("email", None, 1)]) for _ in range(5)])
+        b.enqueue([needing([("email", None, 1)]) for _ in range(5)])
         assert len(b.claim(["q"], 10, LEASE, "w")) == 1
         held_back = b.claim(["q"], 10, LEASE, "w")
         # (PostgreSQL keeps times to the microsecond)
@@ -190,13 +180,13 @@ class TestAdmission:
 
     def test_a_burst_starts_at_once_then_at_the_rate(self, b: Broker, clock: FakeClock) -> None:
         b.register_limits([Limit("email", rate=10.0, burst=3)])
-        b.enqueue([spec([("email", None, 1)]) for _ in range(10)])
+        b.enqueue([needing([("email", None, 1)]) for _ in range(10)])
         assert len(b.claim(["q"], 10, LEASE, "w")) == 3
         clock.advance(0.25)
         assert len(b.claim(["q"], 10, LEASE, "w")) == 2
 
     def test_an_unregistered_limit_holds_its_jobs_only(self, b: Broker) -> None:
-        waiting = b.enqueue([spec([("nope", None, 1)])])[0]
+        waiting = b.enqueue([needing([("nope", None, 1)])])[0]
         free = b.enqueue([spec()])[0]
         got = b.claim(["q"], 10, LEASE, "w")
         assert ids(got) == [free.id] and got.retry_in == RECHECK
@@ -205,7 +195,7 @@ class TestAdmission:
 
     def test_no_head_of_line_blocking(self, b: Broker) -> None:
         b.register_limits([Limit("storage", concurrency=1)])
-        b.enqueue([spec(storage(), args=[i]) for i in range(1000)])
+        b.enqueue([needing(storage(), args=[i]) for i in range(1000)])
         free = b.enqueue([spec(args=[i]) for i in range(5)])
         got = b.claim(["q"], 10, LEASE, "w")
         assert len(got) == 6 and set(j.id for j in free) <= set(ids(got))
@@ -214,15 +204,15 @@ class TestAdmission:
     def test_claim_order_spans_limited_and_free_jobs(self, b: Broker) -> None:
         b.register_limits([Limit("storage", concurrency=5)])
         late = b.enqueue([spec(priority=5)])[0]
-        urgent = b.enqueue([spec(storage(), priority=-1)])[0]
+        urgent = b.enqueue([needing(storage(), priority=-1)])[0]
         mid = b.enqueue([spec(priority=0)])[0]
-        limited = b.enqueue([spec(storage(), priority=1)])[0]
+        limited = b.enqueue([needing(storage(), priority=1)])[0]
         assert ids(b.claim(["q"], 3, LEASE, "w")) == [urgent.id, mid.id, limited.id]
         assert ids(b.claim(["q"], 3, LEASE, "w")) == [late.id]
 
     def test_an_expired_lease_gives_its_token_back(self, b: Broker, clock: FakeClock) -> None:
         b.register_limits([Limit("storage", concurrency=1)])
-        first, _ = b.enqueue([spec(storage()), spec(storage())])
+        first, _ = b.enqueue([needing(storage()), needing(storage())])
         assert ids(b.claim(["q"], 5, 5.0, "w")) == [first.id]
         assert b.claim(["q"], 5, 5.0, "w") == []
         clock.advance(10)
@@ -231,7 +221,7 @@ class TestAdmission:
 
     def test_release_and_failure_give_tokens_back(self, b: Broker) -> None:
         b.register_limits([Limit("storage", concurrency=1)])
-        b.enqueue([spec(storage()) for _ in range(3)])
+        b.enqueue([needing(storage()) for _ in range(3)])
         [one] = b.claim(["q"], 5, LEASE, "w")
         assert b.release([one.claim]) == []
         [two] = b.claim(["q"], 5, LEASE, "w")
@@ -242,14 +232,14 @@ class TestAdmission:
         self, b: Broker, clock: FakeClock
     ) -> None:
         b.register_limits([Limit("storage", concurrency=1)])
-        later = b.enqueue([spec(storage(), delay=10.0)])[0]
+        later = b.enqueue([needing(storage(), delay=10.0)])[0]
         assert b.claim(["q"], 5, LEASE, "w") == []
         clock.advance(11)
         assert ids(b.claim(["q"], 5, LEASE, "w")) == [later.id]
 
     def test_has_work_sees_jobs_waiting_for_a_limit(self, b: Broker) -> None:
         assert not b.has_work(["q"])
-        b.enqueue([spec([("nope", None, 1)])])
+        b.enqueue([needing([("nope", None, 1)])])
         assert b.has_work(["q"])
 
 
@@ -273,7 +263,7 @@ class TestLimitVerbs:
 
     def test_an_operator_limit_applies_to_the_next_claim(self, b: Broker) -> None:
         b.register_limits([Limit("storage", concurrency=1)])
-        b.enqueue([spec(storage()) for _ in range(5)])
+        b.enqueue([needing(storage()) for _ in range(5)])
         assert len(b.claim(["q"], 5, LEASE, "w")) == 1
         b.set_limit(Limit("storage", concurrency=3))
         assert len(b.claim(["q"], 5, LEASE, "w")) == 2
@@ -293,9 +283,9 @@ class TestLimitVerbs:
         b.register_limits(
             [Limit("storage", concurrency=2), Limit("email", rate=1.0, partition="to")]
         )
-        b.enqueue([spec(storage(2)), spec(storage(1)), spec(storage(1))])
+        b.enqueue([needing(storage(2)), needing(storage(1)), needing(storage(1))])
         clock.advance(1)
-        b.enqueue([spec([("email", "x@y", 1)]), spec([("email", "x@y", 1)])])
+        b.enqueue([needing([("email", "x@y", 1)]), needing([("email", "x@y", 1)])])
         clock.advance(1)
         got = b.claim(["q"], 10, LEASE, "w", host="h")
         assert len(got) == 2
@@ -313,18 +303,18 @@ class TestLimitVerbs:
 class TestStorage:
     def test_every_insert_path_stores_the_needs(self, pg: PostgresBroker, pg_dsn: str) -> None:
         needs = [("storage", "x", 2)]
-        one = pg.enqueue([spec(needs)])
-        batch = pg.enqueue([spec(needs), spec(needs)])
-        keyed = pg.enqueue([spec(needs, unique_key="k"), spec(needs)])
+        one = pg.enqueue([needing(needs)])
+        batch = pg.enqueue([needing(needs), needing(needs)])
+        keyed = pg.enqueue([needing(needs, unique_key="k"), needing(needs)])
         with psycopg.connect(pg_dsn) as conn:
-            in_tx = pg.enqueue([spec(needs)], connection=conn)
+            in_tx = pg.enqueue([needing(needs)], connection=conn)
         for job in [*one, *batch, *keyed, *in_tx]:
             stored = pg.get_job(job.id)
             assert stored is not None and stored.limits == tuple(needs) == job.limits
 
     def test_the_claimers_host_is_stored(self, pg: PostgresBroker, sql: Any, pg_url: str) -> None:
         pg.register_limits([Limit("storage", concurrency=5)])
-        [job] = pg.enqueue([spec(storage())])
+        [job] = pg.enqueue([needing(storage())])
         pg.claim(["q"], 1, LEASE, "w", host="box-1")
         row = sql.execute(
             f"SELECT host FROM {schema_of(pg_url)}.jobs WHERE id = %s", (job.id,)
@@ -336,7 +326,7 @@ class TestStorage:
         pg.enqueue([spec()])
         assert len(pg.claim(["q"], 5, LEASE, "w")) == 1
         assert not pg._gated_seen.get(("q",))  # plain claims only
-        [limited] = pg.enqueue([spec(storage())])
+        [limited] = pg.enqueue([needing(storage())])
         assert ids(pg.claim(["q"], 5, LEASE, "w")) == [limited.id]  # seen, then gated
         assert pg._gated_seen[("q",)]
         pg.enqueue([spec()])
@@ -349,7 +339,7 @@ class TestStorage:
         """After a first claim has learnt the names, a queue whose limits bound only
         concurrency claims by claim_gated_fast; a rate sends it to the Python admission."""
         pg.register_limits([Limit("db", concurrency=2), Limit("api", rate=1000.0, burst=5)])
-        pg.enqueue([spec([("db", None, 1)]) for _ in range(6)])
+        pg.enqueue([needing([("db", None, 1)]) for _ in range(6)])
         fast: list[int] = []
         real = type(pg)._claim_gated_fast
 
@@ -363,7 +353,7 @@ class TestStorage:
         assert pg.claim(["q"], 5, LEASE, "w") == [] and len(fast) == 1  # full: none
         pg.ack(first[0].claim)
         assert len(pg.claim(["q"], 5, LEASE, "w")) == 1 and len(fast) == 2
-        pg.enqueue([spec([("api", None, 1)]) for _ in range(3)])
+        pg.enqueue([needing([("api", None, 1)]) for _ in range(3)])
         got = pg.claim(["q"], 5, LEASE, "w")  # meets a rate: finished the other way
         assert [c.job.limits[0][0] for c in got] == ["api"] * 3
         assert len(fast) == 3
@@ -374,7 +364,7 @@ class TestStorage:
         self, pg: PostgresBroker, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         pg.register_limits([Limit(n, concurrency=1) for n in ("a", "b", "c")])
-        pg.enqueue([spec([("b", None, 1)])])
+        pg.enqueue([needing([("b", None, 1)])])
         assert len(pg.claim(["q"], 5, LEASE, "w")) == 1
         assert pg._lock_names[("q",)] == {"b"}
         locked: list[list[str]] = []
@@ -386,7 +376,7 @@ class TestStorage:
             return execute(conn, query, params, **kw)
 
         monkeypatch.setattr(psycopg.Connection, "execute", spy)
-        pg.enqueue([spec([("c", None, 1)]), spec([("a", None, 1), ("c", None, 1)])])
+        pg.enqueue([needing([("c", None, 1)]), needing([("a", None, 1), ("c", None, 1)])])
         assert len(pg.claim(["q"], 5, LEASE, "w")) == 1  # c; then a+c waits for c
         assert locked == [["b"], ["a", "b", "c"]]
         assert pg._lock_names[("q",)] == {"a", "c"}
@@ -396,7 +386,7 @@ class TestStorage:
     ) -> None:
         pg.register_limits([Limit("storage", concurrency=5)])
         free = pg.enqueue([spec(args=[i]) for i in range(20)])
-        [limited] = pg.enqueue([spec(storage())])
+        [limited] = pg.enqueue([needing(storage())])
         admit = pg._admit
         taken = [j.id for j in free[:5]]
 
@@ -427,7 +417,7 @@ class TestStorage:
             # from a commit's NOTIFY, so each step below is known by its own.
             wait_for(other._listener.listening.is_set, timeout=5, what="LISTEN in place")
             for change in (
-                lambda: pg.enqueue([spec(storage())]),  # the enqueue's own wake-up
+                lambda: pg.enqueue([needing(storage())]),  # the enqueue's own wake-up
                 lambda: pg.register_limits([Limit("storage", concurrency=1)]),
                 lambda: pg.set_limit(Limit("storage", concurrency=2)),
                 lambda: pg.reset_limit("storage"),
@@ -443,7 +433,7 @@ class TestStorage:
         self, pg: PostgresBroker, sql: Any, pg_url: str
     ) -> None:
         pg.register_limits([Limit("storage", concurrency=1)])
-        bad, good = pg.enqueue([spec(storage()), spec(storage())])
+        bad, good = pg.enqueue([needing(storage()), needing(storage())])
         sql.execute(
             f"UPDATE {schema_of(pg_url)}.jobs SET limits = %s WHERE id = %s",
             ('[["storage"]]', bad.id),
@@ -455,8 +445,8 @@ class TestStorage:
         self, pg: PostgresBroker, pg_url: str, sql: Any
     ) -> None:
         pg.register_limits([Limit("storage", concurrency=1), Limit("api", concurrency=50)])
-        pg.enqueue([spec(storage()) for _ in range(1000)])
-        pg.enqueue([spec([("api", None, 1)]) for _ in range(1000)])
+        pg.enqueue([needing(storage()) for _ in range(1000)])
+        pg.enqueue([needing([("api", None, 1)]) for _ in range(1000)])
         pg.enqueue([spec() for _ in range(30)])
         assert len(pg.claim(["q"], 10, LEASE, "w")) == 10
         sql.execute(f"ANALYZE {schema_of(pg_url)}.jobs")
@@ -490,7 +480,7 @@ class TestConcurrentClaimers:
         # Free jobs too: gated claims take them alongside, plain claims race for them.
         setup.enqueue(
             [
-                spec(storage(), queue=f"q{i % 4}", args=[i]) if i % 3 else spec(args=[i])
+                needing(storage(), queue=f"q{i % 4}", args=[i]) if i % 3 else spec(args=[i])
                 for i in range(self.JOBS)
             ]
         )
@@ -564,7 +554,7 @@ class TestConcurrentClaimers:
         # A queue per claimer: claimers of one queue would race for the same rows, and SKIP
         # LOCKED alone would keep them under the limit.
         brokers[0].enqueue(
-            [spec(storage(), queue=f"q{i % self.CLAIMERS}", args=[i]) for i in range(self.JOBS)]
+            [needing(storage(), queue=f"q{i % self.CLAIMERS}", args=[i]) for i in range(self.JOBS)]
         )
         barrier = threading.Barrier(self.CLAIMERS)
         rounds: list[list[ClaimedJob]] = [[] for _ in range(self.CLAIMERS)]

@@ -23,19 +23,13 @@ import pytest
 from sluicegate import App, BrokerBusy, BrokerUnavailable, JobState, StorageFull
 from sluicegate.brokers.sqlite import SQLiteBroker, connections
 from sluicegate.brokers.sqlite.connections import storage_error
-from sluicegate.codec import encode_payload
 from sluicegate.errors import ConfigError
-from sluicegate.job import JobSpec
 from sluicegate.outcomes import Succeeded
 from sluicegate.worker.services import Backoff, Counters, LeaseKeeper, ResultWriter
+from support.specs import spec
 from support.waiting import wait_for
 
 CAP = 300  # max_pages in the disk-full tests (300 x 4 KiB)
-
-
-def spec(payload: str = "", queue: str = "q") -> JobSpec:
-    args_json, kwargs_json = encode_payload("t", [payload], {})
-    return JobSpec(task="t", queue=queue, args_json=args_json, kwargs_json=kwargs_json)
 
 
 def stored(path: Path) -> int:
@@ -226,18 +220,20 @@ def fill(path: Path, cap: int = CAP) -> sqlite3.Connection:
 def test_enqueue_on_a_full_database_is_storage_full_and_stores_nothing(path: Path) -> None:
     broker = SQLiteBroker(f"sqlite:///{path}?max_pages={CAP}")
     try:
-        kept = broker.enqueue([spec("small")])
+        kept = broker.enqueue([spec(args=["small"])])
         filler = fill(path)
         with pytest.raises(StorageFull, match="is full"):
-            broker.enqueue([spec("x" * 5000)])  # needs pages of its own
+            broker.enqueue([spec(args=["x" * 5000])])  # needs pages of its own
         with pytest.raises(StorageFull):  # a batch is all or nothing
-            broker.enqueue([spec("a"), spec("b"), spec("x" * 5000), spec("c")])
+            broker.enqueue(
+                [spec(args=["a"]), spec(args=["b"]), spec(args=["x" * 5000]), spec(args=["c"])]
+            )
         assert isinstance(StorageFull("x"), BrokerUnavailable)
         assert stored(path) == 1
         assert broker.get_job(kept[0].id) is not None
         filler.execute("DELETE FROM filler")  # space comes back (pages on the free list)
         filler.close()
-        again = broker.enqueue([spec("x" * 5000), spec("c")])
+        again = broker.enqueue([spec(args=["x" * 5000]), spec(args=["c"])])
         assert [broker.get_job(j.id) is not None for j in again] == [True, True]
         assert stored(path) == 3
     finally:
@@ -309,7 +305,7 @@ def test_a_wal_over_its_limit_is_truncated_once_readers_let_go(
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM jobs").fetchone()  # pins the WAL from here on
         while wal_size(path) < 2_000_000:
-            broker.enqueue([spec("x" * 2000) for _ in range(50)])
+            broker.enqueue([spec(args=["x" * 2000]) for _ in range(50)])
         assert keeper.held_off >= 1 and keeper.forced == 0
         reader.execute("COMMIT")  # the reader lets go
         deadline = time.monotonic() + 10

@@ -12,26 +12,12 @@ from pathlib import Path
 
 from sluicegate.brokers.doorbell import Doorbell, open_doorbell
 from sluicegate.brokers.sqlite import SQLiteBroker
-from sluicegate.codec import encode_payload
-from sluicegate.job import JobSpec
-
-
-def spec(queue: str = "q") -> JobSpec:
-    args_json, kwargs_json = encode_payload("t", [], {})
-    return JobSpec(task="t", queue=queue, args_json=args_json, kwargs_json=kwargs_json)
+from support.specs import spec
+from support.waiting import wait_for
 
 
 def open_broker(path: Path) -> SQLiteBroker:
     return SQLiteBroker(f"sqlite:///{path}")
-
-
-def wait_for(predicate: object, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def counted_checks(broker: SQLiteBroker) -> list[int | None]:

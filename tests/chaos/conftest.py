@@ -1,5 +1,5 @@
 """Fixtures for chaos tests: real worker processes on one broker (a SQLite file, or a fresh
-PostgreSQL schema when a module opts in with ``sg_brokers.over_brokers``), a producer App,
+PostgreSQL schema when a module opts in with ``support.brokers.over_brokers``), a producer App,
 and a side-effect database the tasks append to."""
 
 from __future__ import annotations

@@ -14,12 +14,12 @@ import time
 
 import pgchaosapp
 import pytest
-import sg_brokers
-from sg_harness import Fleet, counts, enqueue_mixed, stop_all, wait_for
 
 from sluicegate import App
+from support.brokers import connect, only_postgresql, plain_dsn, schema_of
+from support.fleet import Fleet, counts, enqueue_mixed, stop_all, wait_for
 
-pytestmark = [sg_brokers.only_postgresql, pytest.mark.slow]
+pytestmark = [only_postgresql, pytest.mark.slow]
 
 WORKERS = 4
 SLOTS = 8
@@ -28,12 +28,12 @@ QUEUE = pgchaosapp.QUEUE
 
 
 def test_four_workers_run_20000_jobs_exactly_once(db_url: str, fleet: Fleet, producer: App) -> None:
-    schema = sg_brokers.schema_of(db_url)
+    schema = schema_of(db_url)
     table = f"{schema}.effects"
     producer.broker  # noqa: B018 - opening it creates (migrates) the schema
-    with sg_brokers.connect(db_url) as conn:
+    with connect(db_url) as conn:
         conn.execute(pgchaosapp.EFFECTS_TABLE.format(table=table))
-    dsn = sg_brokers.plain_dsn(db_url)
+    dsn = plain_dsn(db_url)
     plain, tx = (pgchaosapp.record, [dsn, table, 0]), (pgchaosapp.record_tx, [table, 0])
     began = time.monotonic()
     jobs = enqueue_mixed(producer, (plain if i % 2 else tx for i in range(JOBS)))
@@ -56,7 +56,7 @@ def test_four_workers_run_20000_jobs_exactly_once(db_url: str, fleet: Fleet, pro
 
     c = counts(producer.broker, QUEUE)
     assert c["succeeded"] == JOBS and sum(c.values()) == JOBS, c
-    with sg_brokers.connect(db_url) as conn:
+    with connect(db_url) as conn:
         rows, distinct = conn.execute(
             f"SELECT count(*), count(DISTINCT job_id) FROM {table}"
         ).fetchone()

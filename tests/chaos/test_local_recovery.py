@@ -14,10 +14,10 @@ from pathlib import Path
 
 import chaosapp
 import pytest
-from sg_brokers import only_postgresql, over_brokers
-from sg_harness import Fleet, WorkerProcess, enqueue_batch, held_by, wait_for
 
 from sluicegate import App, Job, JobState
+from support.brokers import only_postgresql, over_brokers
+from support.fleet import Fleet, WorkerProcess, enqueue_batch, held_by, wait_for
 
 LEASE = 30.0  # far longer than any bound below: no lease can be what brings jobs back
 JOBS = 8

@@ -24,15 +24,15 @@ from urllib.parse import urlsplit
 
 import pgchaosapp
 import pytest
-import sg_brokers
-from sg_harness import Fleet, WorkerProcess, counts, enqueue_mixed, stop_all, wait_for
 from tcpproxy import TcpProxy
 
 from sluicegate import App, Job, JobState
 from sluicegate.brokers.postgres import RECONNECT_CAP
 from sluicegate.worker import PoolSpec, Worker
+from support.brokers import connect, only_postgresql, plain_dsn, rewrite, schema_of
+from support.fleet import Fleet, WorkerProcess, counts, enqueue_mixed, stop_all, wait_for
 
-pytestmark = [sg_brokers.only_postgresql, pytest.mark.slow]
+pytestmark = [only_postgresql, pytest.mark.slow]
 
 LEASE = 1.5
 WORKERS = 3
@@ -56,7 +56,7 @@ def proxy(db_url: str) -> Iterator[TcpProxy]:
 @pytest.fixture
 def proxied_url(db_url: str, proxy: TcpProxy) -> str:
     """The broker URL through the proxy, tagged so the server can tell these connections."""
-    return sg_brokers.rewrite(db_url, port=proxy.port, application_name=BROKER_APP_NAME)
+    return rewrite(db_url, port=proxy.port, application_name=BROKER_APP_NAME)
 
 
 @pytest.fixture
@@ -71,15 +71,15 @@ def fleet(proxied_url: str, tmp_path: Path) -> Iterator[Fleet]:
 def effects(db_url: str, producer: App) -> str:
     """The side-effect table (in the test's schema, which opening the producer creates)."""
     producer.broker  # noqa: B018
-    table = f"{sg_brokers.schema_of(db_url)}.effects"
-    with sg_brokers.connect(db_url) as conn:
+    table = f"{schema_of(db_url)}.effects"
+    with connect(db_url) as conn:
         conn.execute(pgchaosapp.EFFECTS_TABLE.format(table=table))
     return table
 
 
 def enqueue_jobs(producer: App, db_url: str, table: str, n: int = JOBS) -> list[Job]:
     """Half plain jobs (side effect on their own connection), half transactional ones."""
-    dsn = sg_brokers.plain_dsn(db_url)
+    dsn = plain_dsn(db_url)
     plain = (pgchaosapp.record, [dsn, table, JOB_SECONDS])
     tx = (pgchaosapp.record_tx, [table, JOB_SECONDS])
     return enqueue_mixed(producer, (tx if i % 2 else plain for i in range(n)))
@@ -104,7 +104,7 @@ def wait_mid_run(producer: App, fleet: Fleet) -> None:
 
 def effects_by_job(db_url: str, table: str) -> dict[int, list[tuple[int, int]]]:
     runs: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
-    with sg_brokers.connect(db_url) as conn:
+    with connect(db_url) as conn:
         for job_id, attempt, pid in conn.execute(f"SELECT job_id, attempt, pid FROM {table}"):
             runs[job_id].append((attempt, pid))
     return runs
@@ -214,7 +214,7 @@ def check_all_done(
 
 
 def broker_backends(db_url: str) -> list[int]:
-    with sg_brokers.connect(db_url) as conn:
+    with connect(db_url) as conn:
         rows = conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (BROKER_APP_NAME,)
         ).fetchall()
@@ -278,7 +278,7 @@ def test_backends_terminated_by_the_server(
     before = set(broker_backends(db_url))
     assert before, "the workers' broker connections should be visible on the server"
     outage = Outage(workers)
-    with sg_brokers.connect(db_url) as conn:
+    with connect(db_url) as conn:
         killed = conn.execute(
             "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
             "WHERE application_name = %s",

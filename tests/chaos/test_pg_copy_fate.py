@@ -10,14 +10,14 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
-import sg_brokers
-from sg_harness import wait_for
 from tcpproxy import TcpProxy
 
 from sluicegate import App, BrokerUnavailable, EnqueueFateUnknown
 from sluicegate.brokers.postgres.copyin import COPY_MIN
+from support.brokers import only_postgresql, rewrite
+from support.fleet import wait_for
 
-pytestmark = sg_brokers.only_postgresql
+pytestmark = only_postgresql
 
 BATCH = COPY_MIN * 3
 
@@ -37,7 +37,7 @@ def stored(reader: App, marker: str) -> int:
 def test_a_copy_cut_before_its_commit_stored_nothing(
     db_url: str, proxy: TcpProxy, producer: App
 ) -> None:
-    app = App(broker=sg_brokers.rewrite(db_url, port=proxy.port, call_timeout="1"))
+    app = App(broker=rewrite(db_url, port=proxy.port, call_timeout="1"))
     try:
         app.enqueue("t", args=["warm"])  # the pool holds a live connection now
         proxy.blackhole(new_connections=True)
@@ -59,7 +59,7 @@ def test_a_copy_cut_before_its_commit_stored_nothing(
 def test_a_copy_whose_commit_answer_never_comes_has_an_unknown_fate(
     fate: str, db_url: str, proxy: TcpProxy, producer: App
 ) -> None:
-    app = App(broker=sg_brokers.rewrite(db_url, port=proxy.port, call_timeout="2"))
+    app = App(broker=rewrite(db_url, port=proxy.port, call_timeout="2"))
     marker = f"copy-fate-{fate}"
     try:
         app.enqueue("t", args=["warm"])

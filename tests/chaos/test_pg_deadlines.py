@@ -21,16 +21,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import sg_brokers
-from sg_harness import wait_for
 from tcpproxy import TcpProxy
 
 from sluicegate import App, BrokerUnavailable, EnqueueFateUnknown, JobState
 from sluicegate.brokers import Broker
 from sluicegate.brokers.postgres.deadlines import bound_for_lease
 from sluicegate.worker import PoolSpec, Worker
+from support.brokers import connect, only_postgresql, rewrite, schema_of
+from support.fleet import wait_for
 
-pytestmark = sg_brokers.only_postgresql
+pytestmark = only_postgresql
 
 SLACK = 0.75  # scheduling noise on a shared machine, on top of a bound
 PRODUCER_BOUND = 1.0  # the producers' call_timeout here
@@ -46,7 +46,7 @@ def proxy(db_url: str) -> Iterator[TcpProxy]:
 
 
 def through(db_url: str, proxy: TcpProxy, **options: str) -> str:
-    return sg_brokers.rewrite(db_url, port=proxy.port, application_name=APP_NAME, **options)
+    return rewrite(db_url, port=proxy.port, application_name=APP_NAME, **options)
 
 
 def timed(call: Callable[[], Any]) -> tuple[float, BaseException | None]:
@@ -125,12 +125,12 @@ def test_a_statement_that_waits_too_long_is_cancelled_by_the_server(db_url: str)
     """A statement waiting on a row lock is cancelled by the server at its
     statement_timeout (3/4 of call_timeout): a plain BrokerUnavailable (the statement
     failed, nothing changed), and the connection stays in the pool, usable."""
-    app = App(broker=sg_brokers.rewrite(db_url, application_name=APP_NAME, call_timeout="1"))
+    app = App(broker=rewrite(db_url, application_name=APP_NAME, call_timeout="1"))
     try:
         job = app.enqueue("t", args=[])
-        with sg_brokers.connect(db_url) as other, other.transaction():
+        with connect(db_url) as other, other.transaction():
             other.execute(
-                f"SELECT 1 FROM {sg_brokers.schema_of(db_url)}.jobs WHERE id = %s FOR UPDATE",
+                f"SELECT 1 FROM {schema_of(db_url)}.jobs WHERE id = %s FOR UPDATE",
                 (job.id,),
             )
             took, exc = timed(lambda: app.broker.cancel(job.id))
@@ -138,7 +138,7 @@ def test_a_statement_that_waits_too_long_is_cancelled_by_the_server(db_url: str)
         assert "statement_timeout" in str(exc), exc
         assert 0.7 <= took <= 1.0 + SLACK, took
         assert app.get_job(job.id).state is JobState.READY
-        with sg_brokers.connect(db_url) as conn:
+        with connect(db_url) as conn:
             backends = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (APP_NAME,)
             ).fetchone()[0]
@@ -151,7 +151,7 @@ def test_a_statement_that_waits_too_long_is_cancelled_by_the_server(db_url: str)
 def test_first_enqueue_after_the_server_ended_every_pooled_connection(db_url: str) -> None:
     """pg_terminate_backend of every pooled connection (what a restart or a failover does
     to them): the next enqueue succeeds the first time, and so does every one after it."""
-    app = App(broker=sg_brokers.rewrite(db_url, application_name=APP_NAME))
+    app = App(broker=rewrite(db_url, application_name=APP_NAME))
     try:
         # Grow the pool: concurrent enqueues each take a connection.
         threads = [
@@ -162,7 +162,7 @@ def test_first_enqueue_after_the_server_ended_every_pooled_connection(db_url: st
             thread.start()
         for thread in threads:
             thread.join()
-        with sg_brokers.connect(db_url) as conn:
+        with connect(db_url) as conn:
             killed = conn.execute(
                 "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) "
                 "FROM pg_stat_activity WHERE application_name = %s",

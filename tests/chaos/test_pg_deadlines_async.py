@@ -15,12 +15,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import sg_brokers
 from tcpproxy import TcpProxy
 
 from sluicegate import App, BrokerUnavailable, EnqueueFateUnknown, JobState
+from support.brokers import only_postgresql, rewrite
 
-pytestmark = sg_brokers.only_postgresql
+pytestmark = only_postgresql
 
 SLACK = 0.75  # scheduling noise on a shared machine, on top of a bound
 PRODUCER_BOUND = 1.0  # the producers' call_timeout here
@@ -35,9 +35,7 @@ def aproxy(db_url: str) -> Iterator[TcpProxy]:
 
 
 def through(db_url: str, proxy: TcpProxy) -> str:
-    return sg_brokers.rewrite(
-        db_url, port=proxy.port, application_name="sg-deadlines-async", call_timeout="1"
-    )
+    return rewrite(db_url, port=proxy.port, application_name="sg-deadlines-async", call_timeout="1")
 
 
 async def timed(call: Awaitable[Any]) -> tuple[float, BaseException | None]:

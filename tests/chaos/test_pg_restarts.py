@@ -23,12 +23,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sg_brokers import rewrite
-from sg_harness import Fleet, stop_all, wait_for
 from tcpproxy import TcpProxy
 
 from sluicegate import App, BrokerUnavailable, EnqueueFateUnknown, Job, JobState
 from support import pg as pgserver
+from support.brokers import rewrite
+from support.fleet import Fleet, stop_all, wait_for
 
 WORKERS = 4
 PRODUCERS = 2

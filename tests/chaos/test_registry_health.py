@@ -10,10 +10,9 @@ import json
 import signal
 from typing import Any
 
-from sg_harness import Fleet, WorkerProcess, wait_for
-
 from support.brokers import over_brokers
 from support.cli import Result, run_cli
+from support.fleet import Fleet, WorkerProcess, wait_for
 
 pytestmark = over_brokers
 

@@ -13,8 +13,10 @@ import signal
 import time
 
 import chaosapp
-from sg_brokers import over_brokers
-from sg_harness import (
+
+from sluicegate import App
+from support.brokers import over_brokers
+from support.fleet import (
     Fleet,
     counts,
     enqueue_batch,
@@ -23,8 +25,6 @@ from sg_harness import (
     stop_all,
     wait_for,
 )
-
-from sluicegate import App
 
 pytestmark = over_brokers
 

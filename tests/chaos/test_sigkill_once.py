@@ -14,10 +14,10 @@ import time
 
 import chaosapp
 import pytest
-from sg_brokers import over_brokers
-from sg_harness import Fleet, counts, held_by, holders, stop_all, wait_for
 
 from sluicegate import App, Job, JobState
+from support.brokers import over_brokers
+from support.fleet import Fleet, counts, held_by, holders, stop_all, wait_for
 
 pytestmark = [over_brokers, pytest.mark.slow]
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import chaosapp
 import pytest
-import sg_brokers
-from sg_harness import Fleet, WorkerProcess, enqueue, held_by, wait_for
 
 from sluicegate import App, Job, JobState
+from support.brokers import over_brokers, row_lockable
+from support.fleet import Fleet, WorkerProcess, enqueue, held_by, wait_for
 
-pytestmark = sg_brokers.over_brokers
+pytestmark = over_brokers
 
 LEASE = 1.0
 A_RUN = 2.0  # seconds attempt 1 sleeps (on A)
@@ -49,7 +49,7 @@ def others_can_proceed(broker_name: str, db_url: str, job: Job) -> Callable[[], 
     if broker_name == "sqlite":
         path = db_url.removeprefix("sqlite:///")
         return lambda: db_writable(path)
-    return lambda: sg_brokers.row_lockable(db_url, job.id)
+    return lambda: row_lockable(db_url, job.id)
 
 
 def freeze(worker: WorkerProcess, others_can_proceed: Callable[[], bool]) -> None:

@@ -32,7 +32,9 @@ from typing import Any
 import chaosapp
 import pytest
 import sqlitefaultsapp
-from sg_harness import (
+
+from sluicegate import App, BrokerBusy, JobState, StorageFull
+from support.fleet import (
     APPS_DIR,
     Fleet,
     counts,
@@ -41,8 +43,6 @@ from sg_harness import (
     stop_all,
     wait_for,
 )
-
-from sluicegate import App, BrokerBusy, JobState, StorageFull
 
 SCRIPT = str(APPS_DIR / "sqlitefaultsapp.py")
 

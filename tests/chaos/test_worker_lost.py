@@ -9,10 +9,10 @@ import signal
 import time
 
 import chaosapp
-from sg_brokers import over_brokers
-from sg_harness import Fleet, enqueue, wait_for
 
 from sluicegate import App, JobState
+from support.brokers import over_brokers
+from support.fleet import Fleet, enqueue, wait_for
 
 pytestmark = over_brokers
 

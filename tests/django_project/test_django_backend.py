@@ -31,10 +31,9 @@ except ImportError:
         "django_tasks", reason="django-tasks (the backport for Django 5.2) is not installed"
     )
 
-from sg_brokers import connect, over_brokers, plain_dsn
-from sg_harness import Fleet, stop_all, wait_for
-
 from sluicegate import App, JobState
+from support.brokers import connect, over_brokers, plain_dsn
+from support.fleet import Fleet, stop_all, wait_for
 
 pytestmark = over_brokers
 

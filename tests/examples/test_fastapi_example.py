@@ -19,8 +19,9 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
-from sg_brokers import over_brokers
-from sg_harness import wait_for
+
+from support.brokers import over_brokers
+from support.fleet import wait_for
 
 pytestmark = over_brokers
 

@@ -18,9 +18,9 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
-from sg_brokers import plain_dsn, schema_of
 
 from sluicegate import App, JobState
+from support.brokers import plain_dsn, schema_of
 
 
 class NewUser(BaseModel):

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sg_harness import Fleet
 
 from sluicegate import App
 from sluicegate.brokers.base import RUNTIME_DIR_ENV
 from sluicegate.testing import BrokerKind
 from support import brokers, pg
+from support.fleet import Fleet
 
 
 @pytest.fixture(autouse=True)

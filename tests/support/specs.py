@@ -1,6 +1,6 @@
 """One way to build a job spec in tests: the conformance suite's ``spec`` (task ``t``,
 queue ``q``, JSON-encoded args and kwargs, any other JobSpec field by keyword), and
-``limited`` for a spec that needs dependency limits."""
+``needing`` for a spec that needs dependency limits."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from sluicegate.job import JobSpec
 from sluicegate.limits import Need, encode_needs
 from sluicegate.testing.conformance.helpers import spec
 
-__all__ = ["limited", "spec"]
+__all__ = ["needing", "spec"]
 
 
-def limited(needs: Sequence[Need], **fields: Any) -> JobSpec:
+def needing(needs: Sequence[Need], **fields: Any) -> JobSpec:
     """A spec (fields as for ``spec``) that needs ``needs`` (name, key, amount)."""
     return spec(limits=encode_needs(list(needs)), **fields)

@@ -1,5 +1,5 @@
 """Fixtures for worker tests: an App on a real SQLite file (or a fresh PostgreSQL schema
-for modules that opt in with ``sg_brokers.over_brokers``), in-process workers run in
+for modules that opt in with ``support.brokers.over_brokers``), in-process workers run in
 threads (stopped and joined at teardown), and real ``sluicegate worker`` processes."""
 
 from __future__ import annotations

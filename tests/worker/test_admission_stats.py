@@ -12,11 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sg_harness import wait_for
 
 from sluicegate import App
 from sluicegate.errors import QueueFull
 from sluicegate.worker import PoolSpec, Worker
+from support.fleet import wait_for
 
 DURATION = 0.05
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import badinputapp
 import pytest
-from sg_brokers import over_brokers
-from sg_harness import Fleet, wait_for
 
 from sluicegate import App, Job, JobState
 from sluicegate.worker import PoolSpec, Worker
+from support.brokers import over_brokers
+from support.fleet import Fleet, wait_for
 
 POOLS = [
     PoolSpec("thr", ("bad_thread",), 3, "thread"),

@@ -32,8 +32,12 @@ from typing import Any
 
 import cancelapp
 import pytest
-from sg_brokers import over_brokers
-from sg_harness import (
+
+from sluicegate import App
+from sluicegate.job import Job, JobState
+from sluicegate.task import Task
+from support.brokers import over_brokers
+from support.fleet import (
     Fleet,
     WorkerProcess,
     _sluicegate_command,
@@ -44,10 +48,6 @@ from sg_harness import (
     stop_all,
     wait_for,
 )
-
-from sluicegate import App
-from sluicegate.job import Job, JobState
-from sluicegate.task import Task
 
 pytestmark = over_brokers
 

@@ -19,13 +19,13 @@ import threading
 import time
 
 import chaosapp
-from sg_brokers import over_brokers
-from sg_harness import Fleet, WorkerProcess, enqueue, stop_all, wait_for
 
 from sluicegate import App, Job, JobState
 from sluicegate.brokers import broker_from_url
 from sluicegate.job import EXPIRED
 from sluicegate.outcomes import Succeeded
+from support.brokers import over_brokers
+from support.fleet import Fleet, WorkerProcess, enqueue, stop_all, wait_for
 
 POOLS = ["exp=slow:2"]
 LEASE = 30.0

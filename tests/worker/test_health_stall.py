@@ -8,11 +8,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-from sg_harness import wait_for
-
 from sluicegate import App
 from sluicegate.metrics.cluster import fold
 from sluicegate.worker import PoolSpec, Worker
+from support.fleet import wait_for
 
 
 def test_a_pool_that_stops_claiming_makes_the_worker_unhealthy(

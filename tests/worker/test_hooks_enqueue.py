@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sg_brokers import over_brokers
 
 from sluicegate import App, ConfigError, Job, JobState
+from support.brokers import over_brokers
 
 pytestmark = over_brokers
 

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import hooksapp
 import pytest
-from sg_brokers import over_brokers
-from sg_harness import Fleet, enqueue, wait_for
 
 from sluicegate import App
 from sluicegate.job import Job, JobState
+from support.brokers import over_brokers
+from support.fleet import Fleet, enqueue, wait_for
 
 pytestmark = over_brokers
 

@@ -22,10 +22,11 @@ from sluicegate.brokers.base import Recovery, private_folder
 from sluicegate.brokers.memory import MemoryBroker
 from sluicegate.brokers.sqlite import SQLiteBroker
 from sluicegate.errors import BrokerUnavailable
-from sluicegate.job import JobSpec, JobState
+from sluicegate.job import JobState
 from sluicegate.worker import lockdir
 from sluicegate.worker.lockdir import LockDir, WorkerIdInUse, file_name
 from sluicegate.worker.services import Counters, DeathWatch
+from support.specs import spec
 
 HOLDER = """
 import sys, time
@@ -236,8 +237,6 @@ def test_the_per_user_folder_is_refused_if_others_may_write_in_it(
 
 
 # ---- the death watch -------------------------------------------------------------------------
-def spec() -> JobSpec:
-    return JobSpec(task="t", queue="q", args_json="[]", kwargs_json="{}")
 
 
 class FlakyRecovery(SQLiteBroker):

@@ -23,7 +23,6 @@ from typing import Any
 
 import poisonapp
 import pytest
-from sg_harness import all_in, wait_for
 
 from sluicegate import App, Job, JobState
 from sluicegate.context import current_job
@@ -35,6 +34,7 @@ from sluicegate.worker.executors import Executor, WorkItem
 from sluicegate.worker.models import MODELS, PoolContext
 from sluicegate.worker.models.process import ProcessExecutor
 from sluicegate.worker.services.claimer import Claimer
+from support.fleet import all_in, wait_for
 
 Drain = Callable[..., Worker]
 RunWorker = Callable[..., Worker]

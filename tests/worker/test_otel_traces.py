@@ -24,11 +24,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
-from sg_brokers import over_brokers
-from sg_harness import Fleet, enqueue, stop_all, wait_for
 
 from sluicegate import App, Job, JobState
 from sluicegate.otel import instrument
+from support.brokers import over_brokers
+from support.fleet import Fleet, enqueue, stop_all, wait_for
 
 pytestmark = over_brokers
 

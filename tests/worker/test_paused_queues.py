@@ -13,8 +13,6 @@ from collections.abc import Callable
 
 import chaosapp
 import pytest
-from sg_brokers import over_brokers
-from sg_harness import Fleet, WorkerProcess, counts, enqueue, stop_all, wait_for
 
 from sluicegate import App, Job, JobState
 from sluicegate.brokers.memory import MemoryBroker
@@ -23,6 +21,8 @@ from sluicegate.worker import PoolSpec, Worker
 from sluicegate.worker.pool import PoolState, parse_pool_spec
 from sluicegate.worker.services.claimer import Claimer
 from sluicegate.worker.services.pauses import REFRESH, WAKE_GAP, PauseWatcher
+from support.brokers import over_brokers
+from support.fleet import Fleet, WorkerProcess, counts, enqueue, stop_all, wait_for
 
 POOLS = ["mixed=work,other:2", "only=work:1"]  # 3 slots on work per worker, 2 on other
 SLOW = 4.0  # s: the first jobs still run when the pause has taken effect

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import poisonapp
 import pytest
-from sg_harness import (
+
+from sluicegate import App, Job, JobState
+from support.fleet import (
     Fleet,
     WorkerProcess,
     all_in,
@@ -31,8 +33,6 @@ from sg_harness import (
     process_gone,
     wait_for,
 )
-
-from sluicegate import App, Job, JobState
 
 APP = "poisonapp:app"
 LEASE = 1.0

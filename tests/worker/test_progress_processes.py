@@ -14,11 +14,11 @@ from pathlib import Path
 
 import progressapp
 import pytest
-from sg_brokers import over_brokers
-from sg_harness import Fleet, _sluicegate_command, enqueue, stop_all, wait_for
 
 from sluicegate import App
 from sluicegate.job import Job, JobState, Progress
+from support.brokers import over_brokers
+from support.fleet import Fleet, _sluicegate_command, enqueue, stop_all, wait_for
 
 pytestmark = over_brokers
 

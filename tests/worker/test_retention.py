@@ -11,14 +11,7 @@ from sluicegate import App, ConfigError
 from sluicegate.brokers import Retention
 from sluicegate.brokers.sqlite import SQLiteBroker
 from sluicegate.worker import PoolSpec, Worker
-
-
-def wait_for(predicate: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
+from support.waiting import wait_for
 
 
 def test_worker_prunes_finished_jobs_past_retention(tmp_path: Path) -> None:

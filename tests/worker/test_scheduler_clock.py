@@ -10,12 +10,12 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-from sg_brokers import over_brokers
 
 from sluicegate import App
 from sluicegate.brokers import Broker
 from sluicegate.testing import FakeClock
 from sluicegate.worker.services.scheduler import Scheduler
+from support.brokers import over_brokers
 
 pytestmark = over_brokers
 

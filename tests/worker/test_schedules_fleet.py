@@ -13,10 +13,10 @@ from collections import Counter
 from datetime import UTC, datetime
 
 import pytest
-from sg_brokers import over_brokers
-from sg_harness import Fleet, stop_all, wait_for
 
 from sluicegate import App, JobState
+from support.brokers import over_brokers
+from support.fleet import Fleet, stop_all, wait_for
 
 RUN = 30.0  # s of real time with all five workers up
 PREFIX = "schedule:every_second:"

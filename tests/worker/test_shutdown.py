@@ -11,10 +11,10 @@ import signal
 
 import chaosapp
 import pytest
-from sg_brokers import over_brokers
-from sg_harness import Fleet, WorkerProcess, counts, enqueue, held_by, wait_for
 
 from sluicegate import App, Job, JobState
+from support.brokers import over_brokers
+from support.fleet import Fleet, WorkerProcess, counts, enqueue, held_by, wait_for
 
 pytestmark = over_brokers
 

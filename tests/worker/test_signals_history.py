@@ -5,11 +5,11 @@ minutes it covered, and ``metrics.history`` folds them into the cluster's hour."
 from __future__ import annotations
 
 import chaosapp
-from sg_harness import Fleet, enqueue_batch
 
 from sluicegate import App
 from sluicegate.metrics.history import history
 from sluicegate.metrics.minutes import STEP_S
+from support.fleet import Fleet, enqueue_batch
 
 JOBS = 30
 

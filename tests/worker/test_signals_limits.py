@@ -7,12 +7,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from sg_harness import wait_for
-
 from sluicegate import App
 from sluicegate.metrics import sizing
 from sluicegate.metrics.cluster import fold
 from sluicegate.worker import PoolSpec, Worker
+from support.fleet import wait_for
 
 
 def test_limit_figures_in_the_snapshot_and_the_sizing(

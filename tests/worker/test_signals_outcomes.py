@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 
 import deadlineapp
 import pytest
-from sg_harness import wait_for
 
 from sluicegate import App
 from sluicegate.worker import PoolSpec, Worker
+from support.fleet import wait_for
 
 
 @pytest.fixture

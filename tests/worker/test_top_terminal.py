@@ -12,10 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sg_harness import wait_for
 
 from sluicegate import App
 from sluicegate.worker import PoolSpec, Worker
+from support.fleet import wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 

@@ -7,10 +7,9 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from sg_harness import counts, wait_for
-
 from sluicegate import App, JobState
 from sluicegate.worker import PoolSpec, Worker
+from support.fleet import counts, wait_for
 
 CAP = 300  # pages
 JOBS = 12

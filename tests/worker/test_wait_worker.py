@@ -10,11 +10,11 @@ import threading
 from typing import Any
 
 import pytest
-from sg_brokers import over_brokers
-from sg_harness import Fleet, wait_for
 
 from sluicegate import App, JobCancelled, JobFailed, JobState
 from sluicegate.outcomes import Succeeded
+from support.brokers import over_brokers
+from support.fleet import Fleet, wait_for
 
 pytestmark = over_brokers
 SLOW = 60.0

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sg_harness import all_in, counts, wait_for
 
 from sluicegate import App, JobState
 from sluicegate.context import current_job
 from sluicegate.worker import PoolSpec, Worker
+from support.fleet import all_in, counts, wait_for
 
 Drain = Callable[..., Worker]
 RunWorker = Callable[..., Worker]

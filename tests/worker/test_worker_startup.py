@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from sg_harness import Fleet, stop_all, wait_for
-
 from sluicegate import App, JobState
+from support.fleet import Fleet, stop_all, wait_for
 
 
 def test_a_worker_waits_out_a_write_lock_held_at_its_start(
