@@ -8,6 +8,7 @@ from support.fleet import (  # noqa: F401
     held_by,
     holders,
     states,
+    sqlite_url,
     stop_all,
     wait_for,
 )
