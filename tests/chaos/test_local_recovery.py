@@ -80,7 +80,9 @@ def test_a_killed_workers_jobs_restart_on_another_within_a_second(
     started = max(producer.get_job(j.id).started_at or 0.0 for j in jobs) - killed_wall
     print(f"{broker_name}, {model} pool: {JOBS} jobs running again {elapsed:.3f} s after "
           f"the kill (last start recorded {started:.3f} s after)")  # fmt: skip
-    assert elapsed < BOUND, (elapsed, fleet.logs())
+    # The promise is when the jobs started again, as the broker recorded it; the test's
+    # own polling (elapsed) only adds its latency on a busy machine, so it is printed.
+    assert started < BOUND, (started, elapsed, fleet.logs())
     assert_lost_and_charged(producer, jobs)
     assert f"whose process is gone: {JOBS} back to ready, 0 dead" in b.log(), b.log()
 
@@ -124,8 +126,12 @@ def process_state(pid: int) -> str:
 def test_a_stopped_worker_keeps_its_jobs_and_finishes_them(
     broker_name: str, fleet: Fleet, producer: App
 ) -> None:
+    # B up first, on a queue of its own: its death watch looks after every worker of the
+    # storage whatever its queues, and A's 2 s jobs cannot run out while B starts (a
+    # start can take seconds on a busy machine).
+    b = fleet.start(["idle=idle:1"], lease=LEASE, shutdown_timeout=10)
+    wait_for(lambda: "started:" in b.log(), what=b.log)
     a, jobs = holding(fleet, producer, 2.0)
-    b = start(fleet)
     a.send(signal.SIGSTOP)
     wait_for(lambda: process_state(a.pid) == "T", timeout=10, what="SIGSTOP to land")
     stopped_at = time.monotonic()
