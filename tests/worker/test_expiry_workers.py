@@ -106,15 +106,19 @@ def test_expiry_racing_concurrent_claims(db_url: str, producer: App) -> None:
         )
         for i in range(count)
     ]
-    jobs = producer.broker.enqueue(specs)
-    last_expiry = max(j.expires_at or 0.0 for j in jobs)
+    last_expiry = 0.0  # set once the jobs are in
     claimed_at: dict[int, float] = {}  # job id -> the claim's time, by the broker's clock
     errors: list[BaseException] = []
     lock = threading.Lock()
+    # Used twice: every claimer's broker is open before the jobs go in (opening takes
+    # seconds on a busy machine, longer than the first expiries), then all start at once.
+    together = threading.Barrier(claimers + 1)
 
     def claimer(name: str) -> None:
         broker = broker_from_url(db_url)
         try:
+            together.wait(60)
+            together.wait(60)
             while True:
                 got = broker.claim(["race"], batch, LEASE, name)
                 if not got:
@@ -138,6 +142,10 @@ def test_expiry_racing_concurrent_claims(db_url: str, producer: App) -> None:
     threads = [threading.Thread(target=claimer, args=(f"c{i}",)) for i in range(claimers)]
     for thread in threads:
         thread.start()
+    together.wait(60)
+    jobs = producer.broker.enqueue(specs)
+    last_expiry = max(j.expires_at or 0.0 for j in jobs)
+    together.wait(60)
     for thread in threads:
         thread.join(120)
     assert not errors, errors
@@ -154,7 +162,7 @@ def test_expiry_racing_concurrent_claims(db_url: str, producer: App) -> None:
     late = [j.started_at - j.expires_at for j in ran if j.started_at > j.expires_at]  # type: ignore[operator]
     print(
         f"{len(ran)} claimed before their expiry, {len(expired)} expired unclaimed; "
-        f"closest claim {min(j.expires_at - claimed_at[j.id] for j in ran) * 1000:.2f} ms "  # type: ignore[operator]
+        f"closest claim {min((j.expires_at - claimed_at[j.id] for j in ran), default=0.0) * 1000:.2f} ms "  # type: ignore[operator]
         f"before expiry; {len(late)} start writes landed after the expiry (by at most "
         f"{max(late, default=0.0) * 1000:.1f} ms: the body began after a claim made in time)"
     )
