@@ -228,6 +228,13 @@ def start_mid_run(
     jobs = enqueue_jobs(producer, db_url, effects)
     workers = start_workers(fleet)
     wait_mid_run(producer, fleet)
+    # Every worker in the run, not only enough jobs in flight: on a busy machine one
+    # worker may still be starting, with no connection to lose when the trouble starts.
+    wait_for(
+        lambda: all(" succeeded task=" in w.log() for w in workers),
+        timeout=60,
+        what=lambda: f"every worker to finish a job\n{fleet.logs()}",
+    )
     return jobs, workers
 
 
