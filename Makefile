@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 # figures). worksteal: an idle test process takes work queued for a busy one, so one
 # long test does not leave the others' queues waiting behind it.
 TEST_WORKERS ?= 4
-PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist worksteal
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist load
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -12,6 +12,26 @@ from support import pg
 pytest_plugins = ["support.fixtures"]
 
 
+# The conformance suite's long tests (it lives in the package, so marks cannot reach it):
+# the races between threads and processes, and the property tests over random histories.
+LONG_CONFORMANCE = ("Races::", "test_stats_match_a_count_of_every_job", "test_behaves_like_the_ref")
+
+
+def _start_rank(item: pytest.Item) -> int:
+    if item.get_closest_marker("slow"):
+        return 0
+    if item.nodeid.startswith("tests/chaos/") or any(n in item.nodeid for n in LONG_CONFORMANCE):
+        return 1
+    return 2
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first (stable otherwise): under pytest-xdist the slow tests start while
+    the many short ones fill the gaps, so a run never ends waiting on a long test that
+    happened to start last."""
+    items.sort(key=_start_rank)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return f"postgresql: {pg.describe(final=False)}"
 

@@ -13,6 +13,8 @@ from rich.console import Console
 
 from sluicegate.demo import build_schedule, percentile, run_demo
 
+pytestmark = pytest.mark.slow  # real processes for tens of seconds: started first
+
 
 def test_schedule_is_seeded_a_burst_then_a_trickle() -> None:
     quick = build_schedule(quick=True)

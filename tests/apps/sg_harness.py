@@ -7,8 +7,8 @@ from support.fleet import (  # noqa: F401
     enqueue,
     held_by,
     holders,
-    states,
     sqlite_url,
+    states,
     stop_all,
     wait_for,
 )

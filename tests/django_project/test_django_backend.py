@@ -35,7 +35,7 @@ from sluicegate import App, JobState
 from support.brokers import connect, over_brokers, plain_dsn
 from support.fleet import Fleet, stop_all, wait_for
 
-pytestmark = over_brokers
+pytestmark = [over_brokers, pytest.mark.slow]  # real processes: started first
 
 PROJECT = Path(__file__).resolve().parent
 APP = "sluicegate.django.worker:app"

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # real processes for tens of seconds: started first
+
 PROJECT = Path(__file__).resolve().parents[2] / "examples" / "testing"
 TESTS = 13  # test functions in examples/testing/test_shop.py
 ON_EACH_BROKER = 12  # of them, those that take sluicegate_any (run once per broker)
