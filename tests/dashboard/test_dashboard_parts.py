@@ -93,6 +93,25 @@ def test_timeline_weaves_the_history_in_by_time() -> None:
     assert entries[4]["error"] == "Boom: third"
 
 
+@pytest.mark.parametrize(
+    ("at", "history_at"),  # one instant either side of a millisecond's midpoint
+    [(1_700_000_000.1234995, 1_700_000_000.1235045), (1_700_000_000.1235005, 1_700_000_000.1234955)],
+)  # fmt: skip
+def test_one_instant_stored_as_two_nearby_floats_is_one_instant(
+    at: float, history_at: float
+) -> None:
+    """SQLite's JSON keeps 15 significant digits, so a history entry's time can be a few
+    microseconds off the job's own timestamps of the same instant (a job that fails for
+    good: started_at, the history's "failed" and finished_at are one clock reading)."""
+    assert round(at, 3) != round(history_at, 3)  # the two straddle a millisecond's step
+    dead = job(state=JobState.DEAD, attempts=1, enqueued_at=at - 1.0, run_at=at - 1.0,
+               started_at=at, finished_at=at, last_error=ErrorInfo("Boom", "once"))  # fmt: skip
+    history = [{"at": history_at, "event": "failed", "attempt": 1, "dead": True,
+                "error": {"type": "Boom", "message": "once"}}]  # fmt: skip
+    events = [e["event"] for e in timeline(dead, history)]
+    assert events == ["enqueued", "started", "failed", "dead"]
+
+
 def test_a_cancel_shows_once_with_the_state_it_left() -> None:
     gone = job(state=JobState.CANCELLED, finished_at=105.0)
     history = [{"at": 105.0, "event": "cancelled", "attempt": 0, "from": "ready"}]

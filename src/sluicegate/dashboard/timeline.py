@@ -8,12 +8,14 @@ from typing import Any
 
 from ..job import Job, JobState
 
+SAME_INSTANT = 0.001  # s: times closer than this are one instant (see _in_order)
+
 
 def timeline(job: Job, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = [
         _entry(job.enqueued_at, "enqueued", detail=f"into queue {job.queue}")
     ]
-    if job.run_at > job.enqueued_at + 0.001 and not history:
+    if job.run_at > job.enqueued_at + SAME_INSTANT and not history:
         entries.append(_entry(job.run_at, "due", detail="scheduled to be ready at this time"))
     if job.started_at is not None:
         entries.append(
@@ -34,11 +36,30 @@ def timeline(job: Job, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 else None,
             )
         )
-    # By time; at one instant, by attempt, then in the order of a life (a stable sort):
-    # an attempt starts, then fails, then the job finishes.
-    # (Times to the millisecond: a broker may store one instant as two nearby floats.)
-    entries.sort(key=lambda e: (e["at"] is None, round(e["at"] or 0.0, 3), e["attempt"] or 0))
-    return entries
+    return _in_order(entries)
+
+
+def _in_order(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """By time; at one instant, by attempt, then in the order of a life (as listed): an
+    attempt starts, then fails, then the job finishes. A broker may store one instant as
+    two nearby floats (SQLite's JSON keeps 15 digits, a few microseconds of a Unix time),
+    so times less than SAME_INSTANT apart are one instant: grouped by their gaps, never
+    rounded to a grid, which splits two such floats whenever they straddle a step of it.
+    Entries without a time go last, by attempt."""
+    timed = sorted((e for e in entries if e["at"] is not None), key=lambda e: e["at"])
+    instants: list[list[dict[str, Any]]] = []
+    for entry in timed:
+        if instants and entry["at"] - instants[-1][-1]["at"] < SAME_INSTANT:
+            instants[-1].append(entry)
+        else:
+            instants.append([entry])
+    listed = {id(e): i for i, e in enumerate(entries)}
+    out = [
+        e
+        for instant in instants
+        for e in sorted(instant, key=lambda e: (e["attempt"] or 0, listed[id(e)]))
+    ]
+    return out + sorted((e for e in entries if e["at"] is None), key=lambda e: e["attempt"] or 0)
 
 
 def _entry(
