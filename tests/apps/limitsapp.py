@@ -2,7 +2,9 @@
 
 Each task records when its body ran (start and end, by the wall clock, with the job id,
 its partition key and the pid) in a separate SQLite file, so a test measures how many
-ran at once from what the tasks saw themselves, not from the broker.
+ran at once from what the tasks saw themselves, not from the broker. It also records the
+lease its job was claimed with (``lease_expires_at`` as claimed: the claim's time on the
+broker's clock plus the worker's lease), for rate tests: a rate limit counts claims.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ app.limit("one", concurrency=1)
 
 SPANS_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS spans (job_id INTEGER NOT NULL, task TEXT NOT NULL, "
-    "key TEXT, pid INTEGER NOT NULL, start REAL NOT NULL, stop REAL)"
+    "key TEXT, pid INTEGER NOT NULL, start REAL NOT NULL, stop REAL, claimed_until REAL)"
 )
 
 
@@ -51,14 +53,25 @@ def read_spans(
         conn.close()
 
 
+def read_claims(path: str, task: str) -> list[tuple[int, int, float]]:
+    """(job id, pid, lease_expires_at as claimed) per recorded run of ``task``."""
+    conn = sqlite3.connect(path, timeout=30)
+    try:
+        sql = "SELECT job_id, pid, claimed_until FROM spans WHERE task = ?"
+        return list(conn.execute(sql, (task,)))
+    finally:
+        conn.close()
+
+
 def _run(spans_db: str, seconds: float, key: str | None = None) -> None:
     job = current_job()
     conn = sqlite3.connect(spans_db, timeout=30)
     try:
         with conn:
             row = conn.execute(
-                "INSERT INTO spans (job_id, task, key, pid, start) VALUES (?, ?, ?, ?, ?)",
-                (job.id, job.task, key, os.getpid(), time.time()),
+                "INSERT INTO spans (job_id, task, key, pid, start, claimed_until) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (job.id, job.task, key, os.getpid(), time.time(), job.lease_expires_at),
             ).lastrowid
         if seconds:
             time.sleep(seconds)

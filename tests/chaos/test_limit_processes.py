@@ -1,12 +1,15 @@
 """Limits enforced across real worker processes, measured by what the tasks saw.
 
 Each task records the start and end of its body; the most that ran at once is computed
-from those spans, never from the broker. On SQLite and on PostgreSQL.
+from those spans, never from the broker. A rate limit counts claims, not bodies: its test
+counts the claim each task's job came with (its lease as claimed). On SQLite and on
+PostgreSQL.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 import random
 import signal
 import time
@@ -16,10 +19,10 @@ from typing import Any
 
 import limitsapp
 import pytest
-from sg_brokers import over_brokers
-from sg_harness import Fleet, counts, stop_all, wait_for
 
 from sluicegate import App, JobState
+from support.brokers import over_brokers
+from support.fleet import Fleet, counts, stop_all, wait_for
 
 pytestmark = over_brokers
 
@@ -100,21 +103,67 @@ def test_partitioned_limit_one_per_key(app: App, fleet: Fleet, spans_db: str) ->
     assert most_at_once(spans) == 5
 
 
+RATE, BURST = 20.0, 2  # limitsapp's "paced" limit: 20/s, burst 2
+RATE_LEASE = 5.0  # the rate test's workers' lease: a job's claim time is its lease less this
+EPSILON = 1e-3  # tokens (50 us at 20/s): the clocks' rounding, far below one token
+
+
+def claim_times(spans_db: str) -> list[tuple[float, int]]:
+    """(claim time, jobs) per claim of "paced", in time order, on the broker's clock: the
+    jobs of one claim share its lease (one clock reading plus the worker's lease)."""
+    jobs = collections.Counter(
+        (pid, until) for _, pid, until in limitsapp.read_claims(spans_db, "paced")
+    )
+    return sorted((until - RATE_LEASE, n) for (pid, until), n in jobs.items())
+
+
 def test_rate_limit_over_ten_seconds(app: App, fleet: Fleet, spans_db: str) -> None:
-    """20/s (burst 2): within 5% of 200 starts in 10 s, and no 1-second window over
-    20 + burst. (With burst 1 a busy machine's late claims lose their time: docs/limits.md.)"""
+    """20/s (burst 2) over two worker processes for 10 s, counted where a rate limit takes
+    its tokens: at the claims (docs/limits.md: "a job takes its cost in tokens when it is
+    claimed"), by the broker's clock (each job's lease as claimed, less the lease).
+
+    The ceiling: no 1-second window over 20 + burst starts, no 10 s over 200 + burst;
+    precisely, the token bucket replayed over the claims never gives more than it holds.
+    The delivery: every claim takes every whole token the bucket holds when it comes, so
+    a late claim catches up as far as the burst allows; the starts in 10 s are then 200 +
+    burst less what the bucket shed while full because no claim came at all. That part is
+    the machine's lateness (docs/limits.md, burst), printed, not asserted: on two cores
+    with two CPU hogs, PostgreSQL claims came up to 0.27 s late and 175 to 193 started."""
     limitsapp.paced.enqueue_many([spans_db] for _ in range(260))
-    workers = [fleet.start([POOL], app=APP) for _ in range(2)]
-    first = wait_for(lambda: limitsapp.read_spans(spans_db), timeout=30)
-    end = min(s[2] for s in first) + 10.0
-    wait_for(lambda: time.time() > end + 0.5, timeout=30)
-    for worker in workers:
-        worker.send(signal.SIGTERM)
-    starts = sorted(s[2] for s in limitsapp.read_spans(spans_db))
-    in_ten = [t for t in starts if t < end]
-    assert 190 <= len(in_ten) <= 210, len(in_ten)
+    workers = [fleet.start([POOL], app=APP, lease=RATE_LEASE) for _ in range(2)]
+    seen = wait_for(lambda: claim_times(spans_db), timeout=30, what="the first claim")
+    wait_for(lambda: claim_times(spans_db)[-1][0] >= seen[0][0] + 10.0, timeout=60,
+             what="a claim 10 s after the first")  # fmt: skip
+    stop_all(workers)  # every job claimed before they stop has run and recorded its claim
+    everything = claim_times(spans_db)
+    first = everything[0][0]  # (the other worker's first body may have recorded later)
+    end = first + 10.0
+    claims = [(at, n) for at, n in everything if at < end]
+    starts = [at for at, n in claims for _ in range(n)]
+
     busiest = max(sum(1 for t in starts if a <= t < a + 1.0) for a in starts)
-    assert busiest <= 20 + 2, busiest
+    assert busiest <= RATE + BURST, busiest
+    assert len(starts) <= RATE * 10 + BURST, len(starts)
+    tokens, at, shed, late = float(BURST), first, 0.0, []  # a new bucket starts full
+    for when, n in claims:
+        due = at + max(0.0, 1.0 - tokens) / RATE  # when the bucket next held a whole token
+        late.append(when - due)
+        refilled = tokens + RATE * (when - at)
+        shed += max(0.0, refilled - BURST)
+        tokens, at = min(float(BURST), refilled), when
+        # The whole tokens it surely found (the two clocks agree to a microsecond or so,
+        # far inside EPSILON): a bucket full by more than that is full by either.
+        found = BURST if refilled >= BURST + EPSILON else math.floor(tokens - EPSILON)
+        assert found <= n <= tokens + EPSILON, (
+            f"a claim at {when:.4f} took {n} jobs from a bucket holding {tokens:.4f} tokens"
+        )
+        tokens -= n
+    late.sort()
+    print(  # the figures, for the record (pytest -s shows them)
+        f"\nrate: {len(starts)} starts in 10 s in {len(claims)} claims, busiest second "
+        f"{busiest}; {shed:.1f} tokens shed while no claim came; claims after their token "
+        f"was due: p50 {late[len(late) // 2] * 1000:.1f} ms, max {late[-1] * 1000:.1f} ms"
+    )
 
 
 def test_no_head_of_line_blocking(app: App, fleet: Fleet, spans_db: str) -> None:

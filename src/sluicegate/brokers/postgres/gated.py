@@ -147,6 +147,7 @@ class Admitted:
     retry_in: float | None
     waiting: bool
     rated: bool  # a limit the candidates need has a rate: the fast claim cannot admit them
+    at: float  # the broker's clock as the admission read it: the claim is stamped with it
 
 
 class Limits:
@@ -261,7 +262,9 @@ class Limits:
                         names = relock.names
                         continue
                     if admission.ids:
-                        claim = {"ids": admission.ids, "now": now, **req.claim_params()}
+                        # The claim's time is the one its rate tokens were drawn at, not
+                        # this later statement's: the jobs' claim times keep to the rate.
+                        claim = {"ids": admission.ids, "now": admission.at, **req.claim_params()}
                         claimed = conn.execute(q["claim_admitted"], claim)
                     if admission.buckets:
                         conn.execute(q["save_buckets"], bucket_params(admission.buckets))
@@ -351,7 +354,7 @@ class Limits:
         admission = admit(candidates, n, limits, in_use_of(held, host, limits), buckets, now, host)
         retry_in = 0.0 if unlocked else admission.retry_in
         rated = any(limit.rate is not None for limit in limits.values())
-        admitted = Admitted(admission.ids, admission.buckets, retry_in, bool(groups), rated)
+        admitted = Admitted(admission.ids, admission.buckets, retry_in, bool(groups), rated, now)
         return admitted, needed
 
     def _limit(self, name: str, values: Sequence[Any]) -> Limit:
