@@ -128,7 +128,8 @@ def test_rate_limit_over_ten_seconds(app: App, fleet: Fleet, spans_db: str) -> N
     a late claim catches up as far as the burst allows; the starts in 10 s are then 200 +
     burst less what the bucket shed while full because no claim came at all. That part is
     the machine's lateness (docs/limits.md, burst), printed, not asserted: on two cores
-    with two CPU hogs, PostgreSQL claims came up to 0.27 s late and 175 to 193 started."""
+    with two CPU hogs, PostgreSQL claims came up to 0.17 s after their token was due and
+    175 to 193 started."""
     limitsapp.paced.enqueue_many([spans_db] for _ in range(260))
     workers = [fleet.start([POOL], app=APP, lease=RATE_LEASE) for _ in range(2)]
     seen = wait_for(lambda: claim_times(spans_db), timeout=30, what="the first claim")

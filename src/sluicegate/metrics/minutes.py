@@ -133,14 +133,30 @@ class MinuteBusy(MinuteRing):
         self._seconds[index] = 0.0
 
     def change(self, busy_now: int, now: float) -> None:
-        """The pool's busy count became ``busy_now`` at ``now``."""
+        """The pool's busy count became ``busy_now`` at ``now``; one reported late (before
+        ``since``) corrects the seconds since its time, as ``BusyTracker.change`` does."""
         since = self._since
         if since <= now < self._end:  # the hot path: within the newest bucket
             self._seconds[self._index] += self.busy * (now - since)
             self._since = now
+        elif now < since:
+            self._correct(now, since, busy_now - self.busy)
         else:
             self._integrate(now)
         self.busy = busy_now
+
+    def _correct(self, lo: float, hi: float, delta: int) -> None:
+        """Add ``delta`` x the seconds of [lo, hi] (monotonic) to the buckets it spans
+        that are kept (time after the newest bucket's start counts in it)."""
+        if not delta:
+            return
+        head, offset = self._head, self._offset
+        first = max(int((lo + offset) // STEP_S), head - BUCKETS + 1)
+        for m in range(first, min(int((hi + offset) // STEP_S), head) + 1):
+            top = hi if m == head else min(hi, (m + 1) * STEP_S - offset)
+            span = top - max(lo, m * STEP_S - offset)
+            if span > 0:
+                self._seconds[m % BUCKETS] += delta * span
 
     def _integrate(self, now: float) -> None:
         """Add busy x time from the last change up to ``now`` into the buckets it spans

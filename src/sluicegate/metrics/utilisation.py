@@ -31,15 +31,30 @@ class BusyTracker(Ring):
         self._seconds[index] = 0.0
 
     def change(self, busy_now: int, now: float | None = None) -> None:
-        """The pool's busy count became ``busy_now`` (at ``now``, or the clock's time)."""
+        """The pool's busy count became ``busy_now`` (at ``now``, or the clock's time). A
+        change reported late, dated before what is integrated already (a read, or a later
+        change, came first), corrects the seconds since its time: the count was
+        ``busy_now`` from then on, not the one integrated."""
         elapsed = (self._clock() if now is None else now) - self._start
         since = self._since
         if since <= elapsed < self._head_end:  # the hot path: within the newest slot
             self._seconds[self._index] += self.busy * (elapsed - since)
             self._since = self._elapsed = elapsed
+        elif elapsed < since:
+            self._correct(max(0.0, elapsed), since, busy_now - self.busy)
         else:
             self._integrate(self._now(now))
         self.busy = busy_now
+
+    def _correct(self, lo: float, hi: float, delta: int) -> None:
+        """Add ``delta`` x the seconds of [lo, hi] to the slots it spans that are still kept."""
+        if not delta:
+            return
+        first = max(int(lo // SLOT_SECONDS), self._head - SLOT_COUNT + 1)
+        for k in range(first, int(hi // SLOT_SECONDS) + 1):
+            span = min(hi, (k + 1) * SLOT_SECONDS) - max(lo, k * SLOT_SECONDS)
+            if span > 0:
+                self._seconds[k % SLOT_COUNT] += delta * span
 
     def _integrate(self, elapsed: float) -> None:
         """Add busy x time from the last change up to ``elapsed`` into the slots it spans

@@ -57,6 +57,7 @@ class InFlight:
     started_at: float | None = None  # monotonic, when its body began (set from any thread)
     busy_at_start: int = 0  # the pool's busy slots, this job's included, when it took one
     wait: float = 0.0  # seconds from ready (run_at) to body start
+    running: bool = False  # its body began: counted in its pool's running bodies
 
 
 def outcome_name(report: Report) -> str:
@@ -105,6 +106,10 @@ class Dispatcher(Service):
         # Signals: None runs no per-job bookkeeping at all (Worker(metrics=False)).
         self.metrics = metrics
         self._began: collections.deque[InFlight] = collections.deque()  # bodies begun
+        # Per pool, the bodies running: the busy slots the signals integrate, from each
+        # body's start to its end (the interval its duration covers), not from the claim
+        # to the moment the loop collected it, which a busy loop would count as busy.
+        self._running: collections.Counter[str] = collections.Counter()
         self._unwritten: dict[Claim, Ended] = {}  # figures of outcomes not yet written
         self.joblog = JobLog()
         results.on_written = self.written
@@ -166,9 +171,7 @@ class Dispatcher(Service):
         flight = InFlight(pool, claimed, claimed_at=time.monotonic())
         self.inflight[claim] = flight
         pool.busy[claim] = claimed
-        flight.busy_at_start = busy = len(pool.busy)
-        if self.metrics is not None:
-            self.metrics.busy_changed(pool.spec.name, busy, flight.claimed_at)
+        flight.busy_at_start = len(pool.busy)
         self._executors[pool.spec.name].submit(pool.model.work_item(task, claimed))
 
     def due_in(self, now: float) -> float | None:
@@ -191,8 +194,12 @@ class Dispatcher(Service):
             now = time.monotonic()
             if slot_free:
                 flight.pool.busy.pop(claim, None)
-                if self.metrics is not None:
-                    self.metrics.busy_changed(flight.pool.spec.name, len(flight.pool.busy), now)
+                if flight.running and self.metrics is not None:
+                    # Dated when the body ended, as its duration is (the busy count takes
+                    # a change reported late at its own time).
+                    name = flight.pool.spec.name
+                    self._running[name] -= 1
+                    self.metrics.busy_changed(name, self._running[name], ended_at)
             counts = not flight.abandoned
             # A deadline: the thread model reports it with the slot still busy; the async
             # and process models end the attempt and say so in the outcome.
@@ -218,6 +225,10 @@ class Dispatcher(Service):
         flight.wait = max(0.0, claimed_at - job.run_at) + (flight.started_at - flight.claimed_at)
         if self.metrics is not None:
             self.metrics.started(job.task, job.queue, flight.wait, flight.started_at)
+            name = flight.pool.spec.name
+            self._running[name] += 1
+            flight.running = True
+            self.metrics.busy_changed(name, self._running[name], flight.started_at)
 
     def _ended(
         self, flight: InFlight, outcome: Report, timed_out: bool, now: float, ended_at: float
