@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 from browser_kit import DashboardProcess, expect
-from sg_brokers import broker_url
-from sg_harness import Fleet, sqlite_url, states, wait_for
 
 from sluicegate import App, Job
+from support.brokers import broker_url
+from support.fleet import Fleet, sqlite_url, states, wait_for
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page

@@ -22,13 +22,13 @@ from urllib.parse import quote
 
 import pytest
 from browser_kit import DashboardProcess, Watch, csp_events, expect
-from sg_harness import sqlite_url
 
 from sluicegate import App, Job
 from sluicegate.brokers.base import WorkerInfo
 from sluicegate.job import ErrorInfo
 from sluicegate.limits import Limit
 from sluicegate.metrics.recorder import WorkerMetrics
+from support.fleet import sqlite_url
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page

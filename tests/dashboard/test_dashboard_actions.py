@@ -8,10 +8,10 @@ import re
 
 import pytest
 from dash_kit import client, csrf_of, post, seed, state_of
-from sg_brokers import over_brokers
 
 from sluicegate import App
 from sluicegate.job import ErrorInfo
+from support.brokers import over_brokers
 
 pytestmark = over_brokers
 

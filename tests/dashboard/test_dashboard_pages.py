@@ -9,10 +9,10 @@ import re
 
 import pytest
 from dash_kit import TRACEBACK, WORKER, client, job_ids, seed
-from sg_brokers import over_brokers
 
 from sluicegate import App
 from sluicegate.job import JobState
+from support.brokers import over_brokers
 
 pytestmark = over_brokers
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dash_kit import client
-from sg_brokers import over_brokers
 
 from sluicegate import App
+from support.brokers import over_brokers
 
 pytestmark = over_brokers
 

@@ -4,11 +4,11 @@ PostgreSQL), written by a real heartbeat; a job that never reported shows none."
 from __future__ import annotations
 
 from dash_kit import client
-from sg_brokers import over_brokers
 
 from sluicegate import App
 from sluicegate.job import Progress
 from sluicegate.limits import Limit
+from support.brokers import over_brokers
 
 pytestmark = over_brokers
 

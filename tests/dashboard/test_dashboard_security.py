@@ -14,7 +14,6 @@ from urllib.parse import urlsplit
 
 import pytest
 from dash_kit import client, csrf_of, job_ids, publish_worker, seed, state_of
-from sg_brokers import over_brokers
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
@@ -24,6 +23,7 @@ from sluicegate.dashboard import asgi_app
 from sluicegate.dashboard.render import Page
 from sluicegate.dashboard.security import CSP
 from sluicegate.job import ErrorInfo
+from support.brokers import over_brokers
 
 SCRIPT = "<script>alert(1)</script>"
 BREAKER = '"><img src=x onerror=alert(1)>'

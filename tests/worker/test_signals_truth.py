@@ -18,16 +18,16 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import sg_brokers
 from prometheus_client.parser import text_string_to_metric_families
-from sg_harness import wait_for
 
 from sluicegate import App, Job
 from sluicegate.context import current_job
 from sluicegate.metrics.cluster import fold
 from sluicegate.worker import PoolSpec, Worker
+from support.brokers import over_brokers
+from support.fleet import wait_for
 
-pytestmark = sg_brokers.over_brokers
+pytestmark = over_brokers
 
 SLEEP = 0.05  # s, each "sleepy" job
 N_SLEEPY = 20
