@@ -56,13 +56,14 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 for extra in (HERE, ROOT / "tests", ROOT / "tests" / "apps"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
+
+from support.brokers import rewrite  # noqa: E402  (tests/support: the suite's URL helpers)
 
 SCHEMA = "soak"
 LEASE = 3.0
@@ -80,16 +81,6 @@ def _gap(text: str) -> tuple[float, float]:
     if not 0 < lo <= hi:
         raise argparse.ArgumentTypeError(f"expected 0 < LO <= HI, got {text!r}")
     return lo, hi
-
-
-def with_params(url: str, port: int | None = None, **params: str) -> str:
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if port is not None:
-        user = netloc.rpartition("@")[0]
-        netloc = f"{user}@127.0.0.1:{port}" if user else f"127.0.0.1:{port}"
-    query = urlencode([*parse_qsl(parts.query), *params.items()])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 # ---- producer process ---------------------------------------------------------------
@@ -173,9 +164,9 @@ class Soak:
         self.effects.mkdir(parents=True, exist_ok=True)
         self.cluster = pgserver.Cluster(bindir)
         self.cluster.start()
-        self.direct = with_params(self.cluster.dsn, schema=SCHEMA)
+        self.direct = rewrite(self.cluster.dsn, schema=SCHEMA)
         self.proxy = TcpProxy("127.0.0.1", self.cluster.port)
-        self.worker_url = with_params(
+        self.worker_url = rewrite(
             self.cluster.dsn, port=self.proxy.port, schema=SCHEMA, application_name="sg-soak"
         )
         self.WorkerProcess = WorkerProcess
